@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from tidalproject.api import UserIdField
+
+from .membership import MAX_USER_ID, MembershipStatus
+from .models import ChangeSource, CommunityLeave, LeaveHistory, RecordStatus
+from .serializers import _rfc3339
+from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
+
+_STATUS_LABELS = {MembershipStatus.ACTIVE: "active", MembershipStatus.LEFT: "left"}
+
+
+def _decoded_status(obj: CommunityLeave | LeaveHistory) -> str:
+    record = obj.membership
+    return "corrupt" if record is None else _STATUS_LABELS[record.status]
+
+
+def _decoded_left_at(obj: CommunityLeave | LeaveHistory) -> str:
+    record = obj.membership
+    return (_rfc3339(record.left_at_ns) or "-") if record is not None else "unreadable"
+
+
+def _hex(obj: CommunityLeave | LeaveHistory) -> str:
+    return bytes(obj.value).hex(" ")
+
+
+class RecordStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+    _codes = {"active": MembershipStatus.ACTIVE, "left": MembershipStatus.LEFT, "corrupt": -1}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(key, key) for key in self._codes]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        code = self._codes.get(self.value() or "")
+        if code is None:
+            return queryset
+        filtered: QuerySet[Any] = queryset.annotate(record_status=RecordStatus("value")).filter(record_status=code)
+        return filtered
+
+
+class UserIdSearchMixin:
+    """Search by whole user id only: anything else matches nothing instead of a 500."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if not (term.isascii() and term.isdigit()) or int(term) > MAX_USER_ID:
+            return queryset.none(), False
+        return queryset.filter(user_id=int(term)), False
+
+
+class LeaveAddForm(forms.ModelForm[CommunityLeave]):
+    """Adding a record means making that user leave, through the service."""
+
+    user_id = forms.IntegerField(min_value=0, max_value=MAX_USER_ID, help_text="The user to make leave.")
+
+    class Meta:
+        model = CommunityLeave
+        fields = ["user_id"]
+
+    def clean_user_id(self) -> int:
+        # The same id rule as the API; uniqueness is not an error: leaving is idempotent.
+        value: int = UserIdField().to_internal_value(self.cleaned_data["user_id"])
+        return value
+
+    def validate_unique(self) -> None:
+        pass
+
+
+@admin.register(CommunityLeave)
+class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
+    list_display = ["user_id", "status", "left_at", "raw_value"]
+    list_filter = [RecordStatusFilter]
+    search_fields = ["user_id"]
+    readonly_fields = ["user_id", "status", "left_at", "raw_value"]
+    actions = ["leave_selected", "rejoin_selected"]
+    show_full_result_count = False
+
+    @admin.display(description="status")
+    def status(self, obj: CommunityLeave) -> str:
+        return _decoded_status(obj)
+
+    @admin.display(description="left at (UTC)")
+    def left_at(self, obj: CommunityLeave) -> str:
+        return _decoded_left_at(obj)
+
+    @admin.display(description="raw value (hex)")
+    def raw_value(self, obj: CommunityLeave) -> str:
+        return _hex(obj)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> Any:
+        # Read-only: a record changes only through the leave and rejoin actions.
+        extra_context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_form(
+        self, request: HttpRequest, obj: CommunityLeave | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is None:
+            kwargs["form"] = LeaveAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: CommunityLeave | None = None) -> Any:
+        return ["user_id"] if obj is None else self.readonly_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: CommunityLeave | None = None) -> list[str]:
+        return [] if obj is None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: CommunityLeave, form: Any, change: bool) -> None:
+        if change:  # the change form is read-only; records change through the actions
+            return
+        leave_community_layer(user_id=obj.user_id, actor=request.user, source=ChangeSource.ADMIN)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        pass
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        # The leave history is the audit trail; the admin log entry would duplicate it.
+        return None
+
+    def has_delete_permission(self, request: HttpRequest, obj: CommunityLeave | None = None) -> bool:
+        # Deleting a record would rejoin a user without a trace: use the rejoin action.
+        return False
+
+    @admin.action(description="Make the selected users leave", permissions=["change"])
+    def leave_selected(self, request: HttpRequest, queryset: QuerySet[CommunityLeave]) -> None:
+        ids = list(queryset.values_list("user_id", flat=True))
+        bulk_leave_community_layer(user_ids=ids, actor=request.user, source=ChangeSource.ADMIN)
+        self.message_user(request, f"{len(ids)} user(s) are now left.", messages.SUCCESS)
+
+    @admin.action(description="Make the selected users rejoin", permissions=["change"])
+    def rejoin_selected(self, request: HttpRequest, queryset: QuerySet[CommunityLeave]) -> None:
+        ids = list(queryset.values_list("user_id", flat=True))
+        bulk_rejoin_community_layer(user_ids=ids, actor=request.user, source=ChangeSource.ADMIN)
+        self.message_user(request, f"{len(ids)} user(s) are now active.", messages.SUCCESS)
+
+
+@admin.register(LeaveHistory)
+class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
+    list_display = ["version", "user_id", "action", "status", "left_at", "actor_label", "source", "at"]
+    list_filter = ["action", "source"]
+    search_fields = ["user_id"]
+    date_hierarchy = "at"
+    fields = ["version", "user_id", "action", "status", "left_at", "raw_value", "actor", "actor_label", "source", "at"]
+    readonly_fields = ["status", "left_at", "raw_value"]
+    show_full_result_count = False
+
+    @admin.display(description="status")
+    def status(self, obj: LeaveHistory) -> str:
+        return _decoded_status(obj)
+
+    @admin.display(description="left at (UTC)")
+    def left_at(self, obj: LeaveHistory) -> str:
+        return _decoded_left_at(obj)
+
+    @admin.display(description="raw value (hex)")
+    def raw_value(self, obj: LeaveHistory) -> str:
+        return _hex(obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: LeaveHistory | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: LeaveHistory | None = None) -> bool:
+        return False

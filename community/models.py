@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .cache import LeaveCache, LeaveGate, RecordStatus
+from .membership import MAX_USER_ID, CommunityMembership, deserialize_membership
+
+
+class CommunityLeaveManager(models.Manager["CommunityLeave"]):
+    """Holds the process-local leave cache (shared by every copy Django makes of it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = LeaveCache()
+
+    def gate(self, using: str | None = None) -> LeaveGate:
+        """Sync the fence and return the gate: call once per batch, then look up freely."""
+        return self.cache.sync(using or self.db)
+
+
+class CommunityLeave(models.Model):
+    """One row per user who ever left: the packed 9-byte record of the design note."""
+
+    user_id = models.BigIntegerField(primary_key=True)
+    value = models.BinaryField(max_length=9, editable=False)
+
+    objects = CommunityLeaveManager()
+
+    class Meta:
+        verbose_name = "community leave record"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user_id__gte=0, user_id__lte=MAX_USER_ID),
+                name="community_leave_user_id_range",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"leave record of user {self.user_id}"
+
+    @property
+    def membership(self) -> CommunityMembership | None:
+        """The decoded record, or None where the stored value is corrupt."""
+        return deserialize_membership(self.user_id, self.value)
+
+
+class LeaveClock(models.Model):
+    """The fence: a single row whose counters order every change to the leave records.
+
+    Each leave/rejoin transaction locks this row first and bumps ``version`` once per
+    changed record, so versions are handed out and committed in the same order.
+    ``generation`` is bumped by rebuild_leave_status to make every process re-warm.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    version = models.BigIntegerField(default=0)
+    generation = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(id=1), name="leave_clock_single_row")]
+
+    def __str__(self) -> str:
+        return f"leave clock v{self.version} g{self.generation}"
+
+
+class ChangeAction(models.TextChoices):
+    LEAVE = "leave", "leave"
+    REJOIN = "rejoin", "rejoin"
+
+
+class ChangeSource(models.TextChoices):
+    API = "api", "API"
+    ADMIN = "admin", "admin"
+    COMMAND = "command", "management command"
+
+
+class LeaveHistory(models.Model):
+    """Append-only audit of every change, keyed by the clock version: also the change feed."""
+
+    version = models.BigIntegerField(primary_key=True)
+    user_id = models.BigIntegerField()
+    action = models.CharField(max_length=16, choices=ChangeAction.choices)
+    value = models.BinaryField(max_length=9)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The acting account's username at the time, kept when the account is later deleted.
+    actor_label = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=16, choices=ChangeSource.choices)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "leave history entry"
+        verbose_name_plural = "leave history"
+        ordering = ["-version"]
+        indexes = [models.Index(fields=["user_id", "-version"], name="leave_history_user")]
+
+    def __str__(self) -> str:
+        return f"v{self.version} user {self.user_id} {self.action}"
+
+    @property
+    def membership(self) -> CommunityMembership | None:
+        return deserialize_membership(self.user_id, self.value)
+
+
+__all__ = [
+    "ChangeAction",
+    "ChangeSource",
+    "CommunityLeave",
+    "LeaveClock",
+    "LeaveHistory",
+    "RecordStatus",
+]

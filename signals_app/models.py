@@ -1,0 +1,1 @@
+# Signals, aggregates and the processing pipeline arrive with the signal pipeline issue.

@@ -1,0 +1,171 @@
+"""Settings shared by every environment, read from the environment with django-environ.
+
+With nothing set, the service runs embedded: SQLite in the project folder and a Celery
+broker on the filesystem (kombu's filesystem transport), so a first run needs no server.
+Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis or RabbitMQ).
+"""
+
+from pathlib import Path
+
+import django_stubs_ext
+import environ
+
+# Lets the typed generics (ModelAdmin[Model], Serializer[T]) be subscripted at run time.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "community",
+    "signals_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "tidalproject.urls"
+WSGI_APPLICATION = "tidalproject.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE takes the write lock when a transaction starts, so two processes that
+    # read-then-write (leave, rejoin) queue up instead of failing with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
+    # A file, not memory, so that other processes in the tests can open the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_db.sqlite3")}
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Cache (throttling counters) --------------------------------------------------------
+# Several web processes must share throttle counters: point CACHE_URL at Redis in production.
+CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.path("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+
+# --- REST framework ---------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {
+        # Writes by ordinary accounts, per account.
+        "write": env.str("THROTTLE_WRITE_RATE", default="60/minute"),
+        # Writes by service accounts (members of SERVICE_ACCOUNT_GROUP), per account.
+        "service_write": env.str("THROTTLE_SERVICE_WRITE_RATE", default="6000/minute"),
+    },
+    "EXCEPTION_HANDLER": "tidalproject.api.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tidal community layer",
+    "DESCRIPTION": (
+        "Leave, rejoin and read the status of a user's membership of the community layer. "
+        "Once a leave has returned, none of the user's new signals is attributed to a "
+        "cohort or forwarded to a community."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page's assets are served by the project itself, not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+}
+
+# Accounts in this group are service accounts: their writes use the service_write rate.
+SERVICE_ACCOUNT_GROUP = env.str("SERVICE_ACCOUNT_GROUP", default="service-accounts")
+
+# --- Celery -----------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = VAR_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "processed_folder": str(VAR_DIR / "broker-processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Community layer --------------------------------------------------------------------
+# When a process is this many changes behind, it re-warms from the records instead of
+# replaying the change feed one row at a time.
+LEAVE_CACHE_REWARM_AFTER = env.int("LEAVE_CACHE_REWARM_AFTER", default=50_000)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

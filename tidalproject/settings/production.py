@@ -1,0 +1,18 @@
+"""Production: DEBUG off, a real SECRET_KEY required, secure cookies and HSTS."""
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .base import *  # noqa: F403
+from .base import SECRET_KEY, env
+
+DEBUG = False
+if len(SECRET_KEY) < 50 or SECRET_KEY.startswith("dev-only"):
+    raise ImproperlyConfigured("SECRET_KEY must be set to a random value of at least 50 characters in production")
+
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
