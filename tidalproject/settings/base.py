@@ -77,7 +77,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # read-then-write (leave, rejoin) queue up instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
     # A file, not memory, so that other processes in the tests can open the test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test_db.sqlite3")}
+    _db_name = Path(DATABASES["default"]["NAME"])
+    DATABASES["default"]["TEST"] = {"NAME": str(_db_name.with_name(f"{_db_name.stem}_test.sqlite3"))}
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
@@ -143,6 +144,7 @@ SERVICE_ACCOUNT_GROUP = env.str("SERVICE_ACCOUNT_GROUP", default="service-accoun
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
+    _broker_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),

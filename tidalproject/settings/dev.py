@@ -1,10 +1,9 @@
 """Local development and the embedded first run: DEBUG on, a throwaway secret key."""
 
 from .base import *  # noqa: F403
-from .base import SECRET_KEY, VAR_DIR, env
+from .base import SECRET_KEY, env
 
 DEBUG = env.bool("DEBUG", default=True)
 if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"  # noqa: S105
 
-VAR_DIR.mkdir(exist_ok=True)

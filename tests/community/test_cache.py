@@ -1,0 +1,129 @@
+"""The leave cache, its fence and the gate, within one process.
+
+Each ``LeaveCache()`` here stands for another process's cache; the same promises across
+real OS processes are in test_processes.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from community.cache import LeaveCache, RecordStatus
+from community.membership import MembershipStatus, deserialize_membership
+from community.models import CommunityLeave, LeaveClock
+from community.services import (
+    bulk_leave_community_layer,
+    leave_cache_rewarm_everywhere,
+    leave_community_layer,
+    rejoin_community_layer,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def test_first_gate_warms_from_the_records() -> None:
+    leave_community_layer(user_id=1)
+    leave_community_layer(user_id=2)
+    rejoin_community_layer(user_id=2)
+    cache = LeaveCache()
+    assert not cache.warmed
+    gate = cache.sync()
+    assert cache.warmed and cache.warms == 1
+    assert gate.is_left(1) and not gate.is_left(2) and not gate.is_left(3)
+    assert (gate.version, gate.generation) == (3, 0)
+    assert cache.size == 1  # only gated users are held
+
+
+def test_fence_is_one_query_when_nothing_changed(django_assert_num_queries) -> None:
+    bulk_leave_community_layer(user_ids=range(500))
+    cache = LeaveCache()
+    cache.sync()
+    with django_assert_num_queries(1):
+        gate = cache.sync()
+    assert gate.is_left(499)
+
+
+def test_gate_look_up_runs_no_query(django_assert_num_queries) -> None:
+    leave_community_layer(user_id=1)
+    gate = CommunityLeave.objects.gate()
+    with django_assert_num_queries(0):
+        assert [gate.is_left(u) for u in (0, 1, 2)] == [False, True, False]
+
+
+def test_a_change_reaches_another_cache_at_its_next_sync(django_assert_num_queries) -> None:
+    other = LeaveCache()
+    assert not other.sync().is_left(7)
+    leave_community_layer(user_id=7)
+    with django_assert_num_queries(2):  # the clock, then the feed since the last look
+        gate = other.sync()
+    assert gate.is_left(7) and other.warms == 1 and other.feed_rows == 1
+    rejoin_community_layer(user_id=7)
+    assert not other.sync().is_left(7)
+
+
+def test_feed_applies_changes_in_version_order() -> None:
+    other = LeaveCache()
+    other.sync()
+    leave_community_layer(user_id=1)
+    rejoin_community_layer(user_id=1)
+    leave_community_layer(user_id=1)
+    rejoin_community_layer(user_id=1)
+    leave_community_layer(user_id=2)
+    gate = other.sync()
+    assert not gate.is_left(1) and gate.is_left(2)
+    assert gate.version == LeaveClock.objects.get(pk=1).version == 5
+
+
+def test_a_new_generation_rewarms_and_picks_up_rows_written_outside_the_services() -> None:
+    other = LeaveCache()
+    other.sync()
+    CommunityLeave.objects.create(user_id=9, value=b"garbage")  # not through a service: no feed row
+    assert not other.sync().is_left(9)  # the fence did not move, so nothing to apply
+    leave_cache_rewarm_everywhere()
+    gate = other.sync()
+    assert other.warms == 2 and gate.is_left(9) and gate.generation == 1
+
+
+def test_far_behind_rewarms_instead_of_replaying(settings) -> None:
+    settings.LEAVE_CACHE_REWARM_AFTER = 3
+    other = LeaveCache()
+    other.sync()
+    bulk_leave_community_layer(user_ids=[1, 2, 3, 4])
+    gate = other.sync()
+    assert other.warms == 2 and other.feed_rows == 0
+    assert all(gate.is_left(u) for u in (1, 2, 3, 4))
+
+
+@pytest.mark.parametrize("value", [b"", b"\x01", b"\x00" * 8, b"\x00" * 10, b"\x02" + bytes(8), b"\xff" * 9])
+def test_corrupt_values_fail_closed(value: bytes) -> None:
+    CommunityLeave.objects.create(user_id=3, value=value)
+    CommunityLeave.objects.create(user_id=4, value=bytes(9))  # a valid ACTIVE record
+    gate = LeaveCache().sync()
+    assert gate.is_left(3) and not gate.is_left(4)
+
+
+def test_missing_clock_fails_closed_with_an_error() -> None:
+    cache = LeaveCache()
+    cache.sync()
+    LeaveClock.objects.all().delete()
+    with pytest.raises(DatabaseError, match="migrate"):
+        cache.sync()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(max_size=12) | st.binary(min_size=9, max_size=9), min_size=1, max_size=40))
+def test_sql_record_status_agrees_with_the_codec(values: list[bytes]) -> None:
+    """Warming and the admin filter evaluate the record rule in SQL: it must be the codec's."""
+    CommunityLeave.objects.all().delete()
+    CommunityLeave.objects.bulk_create(CommunityLeave(user_id=i, value=v) for i, v in enumerate(values))
+    in_sql = dict(CommunityLeave.objects.annotate(s=RecordStatus("value")).values_list("user_id", "s"))
+    for user_id, value in enumerate(values):
+        record = deserialize_membership(user_id, value)
+        assert in_sql[user_id] == (-1 if record is None else int(record.status))
+    gate = LeaveCache().sync()
+    for user_id, value in enumerate(values):
+        record = deserialize_membership(user_id, value)
+        assert gate.is_left(user_id) == (record is None or record.status == MembershipStatus.LEFT)

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from community.models import CommunityLeave, LeaveClock
+from tests.factories import UserFactory
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _leave_clock_row(request: pytest.FixtureRequest) -> None:
+    """The clock row comes from a data migration; transactional tests flush it away."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None:
+        return
+    request.getfixturevalue("transactional_db" if marker.kwargs.get("transaction") else "db")
+    LeaveClock.objects.get_or_create(pk=1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state() -> Iterator[None]:
+    """Each test starts like a new process: a cold leave cache and empty throttle counters."""
+    CommunityLeave.objects.cache.reset()
+    cache.clear()
+    yield
+    CommunityLeave.objects.cache.reset()
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def member(db: None) -> Any:
+    """An ordinary account; its own user id is its pk."""
+    return UserFactory()
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    """A staff account with the leave model permissions (acts on any user)."""
+    return UserFactory(
+        is_staff=True,
+        perms=["community.view_communityleave", "community.change_communityleave", "community.add_communityleave"],
+    )
+
+
+@pytest.fixture
+def superuser(db: None) -> Any:
+    return UserFactory(is_staff=True, is_superuser=True)
+
+
+def child_env() -> dict[str, str]:
+    """Environment for a separate OS process that must use the test database."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        url = f"sqlite:///{db['NAME']}"
+    else:
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 5432
+        user = db.get("USER") or ""
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        auth = f"{user}{password}@" if user else ""
+        url = f"postgres://{auth}{host}:{port}/{db['NAME']}"
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tidalproject.settings.test"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH", "")]))
+    return env
+
+
+PYTHON = sys.executable

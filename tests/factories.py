@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from typing import Any
+
+import factory
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests")
+
+    @factory.post_generation
+    def perms(self, create: bool, extracted: Any, **kwargs: Any) -> None:
+        """``UserFactory(perms=["community.change_communityleave"])``."""
+        if create and extracted:
+            for label in extracted:
+                app_label, codename = label.split(".")
+                self.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        self.save()
+
+
+def service_account(**kwargs: Any) -> Any:
+    from django.conf import settings
+
+    user = UserFactory(**kwargs)
+    group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
+    user.groups.add(group)
+    return user
