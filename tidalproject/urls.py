@@ -1,9 +1,22 @@
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
+from rest_framework.throttling import AnonRateThrottle
 
 from community.views import CommunityLayerViewSet
+
+
+class TokenLoginThrottle(AnonRateThrottle):
+    scope = "login"
+
+
+class ObtainToken(ObtainAuthToken):
+    """POST username and password, get the account's API token."""
+
+    throttle_classes = [TokenLoginThrottle]
+
 
 router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
@@ -13,5 +26,6 @@ urlpatterns = [
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/auth/token/", ObtainToken.as_view(), name="api-token"),
     path("api/auth/", include("rest_framework.urls")),
 ]

@@ -11,8 +11,8 @@ from community.selectors import community_layer_history, community_layer_status
 from community.services import (
     bulk_leave_community_layer,
     bulk_rejoin_community_layer,
-    leave_community_layer,
     leave_cache_rewarm_everywhere,
+    leave_community_layer,
     rejoin_community_layer,
 )
 

@@ -119,6 +119,8 @@ REST_FRAMEWORK = {
         "write": env.str("THROTTLE_WRITE_RATE", default="60/minute"),
         # Writes by service accounts (members of SERVICE_ACCOUNT_GROUP), per account.
         "service_write": env.str("THROTTLE_SERVICE_WRITE_RATE", default="6000/minute"),
+        # Token log-ins, per client address.
+        "login": env.str("THROTTLE_LOGIN_RATE", default="10/minute"),
     },
     "EXCEPTION_HANDLER": "tidalproject.api.exception_handler",
 }

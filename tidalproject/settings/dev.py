@@ -6,4 +6,3 @@ from .base import SECRET_KEY, env
 DEBUG = env.bool("DEBUG", default=True)
 if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"  # noqa: S105
-

@@ -7,5 +7,5 @@ DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REST_FRAMEWORK = {
     **REST_FRAMEWORK,
-    "DEFAULT_THROTTLE_RATES": {"write": "1000/minute", "service_write": "100000/minute"},
+    "DEFAULT_THROTTLE_RATES": {"write": "1000/minute", "service_write": "100000/minute", "login": "1000/minute"},
 }

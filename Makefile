@@ -1,0 +1,40 @@
+# The two commands of the README:
+#   make run    start the web server and a real Celery worker on the embedded default
+#   make test   install what is needed, lint, type-check and run the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: install run test lint bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	DEBUG=1 $(PY) manage.py migrate --noinput
+	DEBUG=1 $(PY) manage.py shell -c "from django.contrib.auth import get_user_model as m; \
+	  U = m(); U.objects.filter(username='admin').exists() or U.objects.create_superuser('admin', password='admin')"
+	@echo
+	@echo "  API docs:  http://127.0.0.1:8000/api/docs/"
+	@echo "  Admin:     http://127.0.0.1:8000/admin/   (admin / admin: a development account)"
+	@echo "  Stop with Ctrl-C."
+	@echo
+	DEBUG=1 honcho -f Procfile.dev start
+
+lint: install
+	ruff check .
+	ruff format --check .
+	mypy .
+
+test: lint
+	pytest
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var db.sqlite3 db_test.sqlite3 .pytest_cache .mypy_cache .ruff_cache .hypothesis
