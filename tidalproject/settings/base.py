@@ -134,6 +134,8 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema describes the API, not anyone's data: readable without an account.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # The docs page's assets are served by the project itself, not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -147,10 +149,11 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     _broker_dir.mkdir(parents=True, exist_ok=True)
+    (VAR_DIR / "broker-control").mkdir(exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
-        "processed_folder": str(VAR_DIR / "broker-processed"),
+        "control_folder": str(VAR_DIR / "broker-control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
