@@ -7,10 +7,11 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from tidalproject.api import UserIdField
+from tidalproject.api import parse_user_id
 
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import ChangeSource, CommunityLeave, LeaveHistory, RecordStatus
+from .permissions import READ_ANY
 from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 
@@ -64,19 +65,21 @@ class UserIdSearchMixin:
 class LeaveAddForm(forms.ModelForm[CommunityLeave]):
     """Adding a record means making that user leave, through the service."""
 
-    user_id = forms.IntegerField(min_value=0, max_value=MAX_USER_ID, help_text="The user to make leave.")
+    user_id = forms.CharField(max_length=20, strip=True, help_text="The user to make leave (0 to 2**63-1).")
 
     class Meta:
         model = CommunityLeave
         fields = ["user_id"]
 
     def clean_user_id(self) -> int:
-        # The same id rule as the API; uniqueness is not an error: leaving is idempotent.
-        value: int = UserIdField().to_internal_value(self.cleaned_data["user_id"])
-        return value
+        # The API's id rule, applied to the text as typed.
+        try:
+            return parse_user_id(self.cleaned_data["user_id"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def validate_unique(self) -> None:
-        pass
+        pass  # an existing record is not an error: leaving is idempotent
 
 
 @admin.register(CommunityLeave)
@@ -104,7 +107,12 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> Any:
         # Read-only: a record changes only through the leave and rejoin actions.
-        extra_context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        extra_context = {
+            **(extra_context or {}),
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+        }
         return super().change_view(request, object_id, form_url, extra_context)
 
     def get_form(
@@ -170,6 +178,10 @@ class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
     @admin.display(description="raw value (hex)")
     def raw_value(self, obj: LeaveHistory) -> str:
         return _hex(obj)
+
+    def has_view_permission(self, request: HttpRequest, obj: LeaveHistory | None = None) -> bool:
+        # Whoever may read the leave records may read their history.
+        return super().has_view_permission(request, obj) or request.user.has_perm(READ_ANY)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

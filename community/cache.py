@@ -25,7 +25,7 @@ import weakref
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, NotSupportedError, models
+from django.db import DatabaseError, NotSupportedError, OperationalError, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 
@@ -129,7 +129,7 @@ class LeaveCache:
             try:
                 version, generation = LeaveClock.objects.using(using).values_list("version", "generation").get(pk=1)
             except LeaveClock.DoesNotExist as exc:
-                raise DatabaseError("the leave clock row is missing: run migrate") from exc
+                raise OperationalError("the leave clock row is missing: run migrate") from exc
             if self._version is None or generation != self._generation:
                 self._warm(using, version, generation)
             elif version != self._version:

@@ -9,6 +9,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,18 +18,28 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from community.membership import MAX_USER_ID
 
+USER_ID_RULE = "Must be an integer from 0 to 9223372036854775807."
 
-class UserIdField(serializers.IntegerField):
-    """A user id: an integer from 0 to 2**63-1, given as a JSON integer or a decimal string.
+
+def parse_user_id(data: Any) -> int:
+    """An id from 0 to 2**63-1, given as a JSON integer or a string of ASCII digits.
 
     Stricter than DRF's IntegerField, which also takes ``true``, ``1.0`` and ``" 1 "``.
+    Raises ``ValueError`` with the message to show.
     """
+    if isinstance(data, str) and data.isascii() and data.isdigit() and len(data) <= 20:
+        data = int(data)
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise ValueError(USER_ID_RULE)
+    if data < 0:
+        raise ValueError("Must be at least 0.")
+    if data > MAX_USER_ID:
+        raise ValueError("Must be at most 9223372036854775807 (2**63-1).")
+    return data
 
-    default_error_messages = {
-        "invalid": "Must be an integer from 0 to 9223372036854775807.",
-        "max_value": "Must be at most 9223372036854775807 (2**63-1).",
-        "min_value": "Must be at least 0.",
-    }
+
+class UserIdField(serializers.IntegerField):
+    """A user (or item) id for serializers, by the rule of ``parse_user_id``."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("min_value", 0)
@@ -36,19 +47,17 @@ class UserIdField(serializers.IntegerField):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool):
-            self.fail("invalid")
-        if isinstance(data, str):
-            if not (data.isascii() and data.isdigit()) or len(data) > 20:
-                self.fail("invalid")
-            data = int(data)
-        if not isinstance(data, int):
-            self.fail("invalid")
-        if data < 0:
-            self.fail("min_value", min_value=0)
-        if data > MAX_USER_ID:
-            self.fail("max_value", max_value=MAX_USER_ID)
-        return data
+        try:
+            return parse_user_id(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc), code="invalid") from None
+
+
+class Pagination(LimitOffsetPagination):
+    """``?limit=&offset=``: 50 a page by default, at most 500."""
+
+    default_limit = 50
+    max_limit = 500
 
 
 def is_service_account(user: Any) -> bool:

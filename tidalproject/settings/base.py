@@ -111,8 +111,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
-    "PAGE_SIZE": 50,
+    "DEFAULT_PAGINATION_CLASS": "tidalproject.api.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {
         # Writes by ordinary accounts, per account.
@@ -176,3 +175,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+
+# --- Signals ----------------------------------------------------------------------------
+# How far in the future an occurred_at may be (clients' clocks drift).
+SIGNAL_MAX_CLOCK_SKEW_SECONDS = env.int("SIGNAL_MAX_CLOCK_SKEW_SECONDS", default=300)
+# Signals per processing task.
+SIGNAL_BATCH_SIZE = env.int("SIGNAL_BATCH_SIZE", default=500)
+# The sweep re-enqueues signals still pending this long after they were received.
+SIGNAL_SWEEP_AFTER_SECONDS = env.int("SIGNAL_SWEEP_AFTER_SECONDS", default=120)
