@@ -10,7 +10,16 @@ from django.http import HttpRequest
 from tidalproject.api import parse_user_id
 
 from .membership import MAX_USER_ID, MembershipStatus
-from .models import ChangeSource, CommunityLeave, LeaveHistory, RecordStatus
+from .models import (
+    ChangeSource,
+    Cohort,
+    CohortMember,
+    Community,
+    CommunityLeave,
+    CommunityMember,
+    LeaveHistory,
+    RecordStatus,
+)
 from .permissions import READ_ANY
 from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
@@ -191,3 +200,29 @@ class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
 
     def has_delete_permission(self, request: HttpRequest, obj: LeaveHistory | None = None) -> bool:
         return False
+
+
+@admin.register(Community, Cohort)
+class MemberGroupAdmin(admin.ModelAdmin[Any]):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+
+
+@admin.register(CommunityMember)
+class CommunityMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityMember]):
+    list_display = ["user_id", "community", "joined_at"]
+    list_filter = ["community"]
+    search_fields = ["user_id"]
+    list_select_related = ["community"]
+    autocomplete_fields = ["community"]
+    show_full_result_count = False
+
+
+@admin.register(CohortMember)
+class CohortMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[CohortMember]):
+    list_display = ["user_id", "cohort", "joined_at"]
+    list_filter = ["cohort"]
+    search_fields = ["user_id"]
+    list_select_related = ["cohort"]
+    autocomplete_fields = ["cohort"]
+    show_full_result_count = False

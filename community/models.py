@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -105,10 +106,78 @@ class LeaveHistory(models.Model):
         return deserialize_membership(self.user_id, self.value)
 
 
+slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9_-]{0,63}$", "Use 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit."
+)
+
+
+class MemberGroup(models.Model):
+    """What communities and cohorts share: a slug, a name, members by user id."""
+
+    slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Community(MemberGroup):
+    """Signals of its members are forwarded to it (community trending)."""
+
+    class Meta(MemberGroup.Meta):
+        verbose_name_plural = "communities"
+
+
+class Cohort(MemberGroup):
+    """Signals of its members are attributed to it."""
+
+
+class CommunityMember(models.Model):
+    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members")
+    user_id = models.BigIntegerField()
+    joined_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["community", "user_id"], name="community_member_unique"),
+            models.CheckConstraint(condition=models.Q(user_id__gte=0), name="community_member_user_id_range"),
+        ]
+        # The pipeline loads memberships by user id, a batch at a time.
+        indexes = [models.Index(fields=["user_id", "community"], name="community_member_by_user")]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} in {self.community_id}"
+
+
+class CohortMember(models.Model):
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members")
+    user_id = models.BigIntegerField()
+    joined_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cohort", "user_id"], name="cohort_member_unique"),
+            models.CheckConstraint(condition=models.Q(user_id__gte=0), name="cohort_member_user_id_range"),
+        ]
+        indexes = [models.Index(fields=["user_id", "cohort"], name="cohort_member_by_user")]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} in {self.cohort_id}"
+
+
 __all__ = [
     "ChangeAction",
     "ChangeSource",
+    "Cohort",
+    "CohortMember",
+    "Community",
     "CommunityLeave",
+    "CommunityMember",
     "LeaveClock",
     "LeaveHistory",
     "RecordStatus",

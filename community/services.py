@@ -7,14 +7,18 @@ writes the new record, and appends its history row keyed by the new version.
 
 from __future__ import annotations
 
+import csv
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
 from tqdm import tqdm
+
+from tidalproject.api import parse_user_id
 
 from .membership import (
     CommunityMembership,
@@ -23,7 +27,18 @@ from .membership import (
     deserialize_membership,
     serialize_membership,
 )
-from .models import ChangeAction, ChangeSource, CommunityLeave, LeaveClock, LeaveHistory
+from .models import (
+    ChangeAction,
+    ChangeSource,
+    Cohort,
+    CohortMember,
+    Community,
+    CommunityLeave,
+    CommunityMember,
+    LeaveClock,
+    LeaveHistory,
+    slug_validator,
+)
 
 # What a change does to the current record (None where the stored value is corrupt);
 # returning the current record unchanged means "nothing to write".
@@ -173,3 +188,94 @@ def rebuild_leave_status(*, progress: bool = True) -> RebuildReport:
         corrupt=corrupt,
         generation=generation,
     )
+
+
+class SlugTaken(Exception):
+    """Another community or cohort has this slug."""
+
+
+def group_create(*, model: type[Community] | type[Cohort], slug: str, name: str) -> Community | Cohort:
+    try:
+        with transaction.atomic():
+            return model.objects.create(slug=slug, name=name)
+    except IntegrityError:
+        raise SlugTaken(slug) from None
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    changed: int
+    unchanged: int
+
+
+def _member_model(group: Community | Cohort) -> tuple[type[CommunityMember] | type[CohortMember], str]:
+    return (CommunityMember, "community") if isinstance(group, Community) else (CohortMember, "cohort")
+
+
+def group_members_add(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
+    """Add users to a community or cohort; ``unchanged`` counts those already in it."""
+    ids = list(dict.fromkeys(user_ids))
+    model, field = _member_model(group)
+    with transaction.atomic():
+        # Locking the group serialises membership changes of one group, so the counts are exact.
+        type(group).objects.select_for_update().get(pk=group.pk)
+        existing = set(model.objects.filter(**{field: group}, user_id__in=ids).values_list("user_id", flat=True))
+        new = [model(**{field: group}, user_id=u) for u in ids if u not in existing]
+        model.objects.bulk_create(new, batch_size=1000)  # type: ignore[arg-type]
+    return MembershipChange(changed=len(new), unchanged=len(existing))
+
+
+def group_members_remove(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
+    """Remove users from a community or cohort; ``unchanged`` counts those not in it."""
+    ids = list(dict.fromkeys(user_ids))
+    model, field = _member_model(group)
+    with transaction.atomic():
+        removed, _ = model.objects.filter(**{field: group}, user_id__in=ids).delete()
+    return MembershipChange(changed=removed, unchanged=len(ids) - removed)
+
+
+class MembershipImportError(ValueError):
+    """A line of a membership import is wrong; nothing was imported."""
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    added: int
+    already: int
+    created: int
+
+
+def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> ImportReport:
+    """Import ``kind,slug,user_id`` lines (kind: community or cohort), all in one transaction."""
+    wanted: dict[tuple[str, str], set[int]] = {}
+    for number, row in enumerate(csv.reader(lines), start=1):
+        if not row or (number == 1 and row[:1] == ["kind"]):
+            continue
+        if len(row) != 3:
+            raise MembershipImportError(f"line {number}: expected 3 fields kind,slug,user_id, got {len(row)}")
+        kind, slug, raw_id = (field.strip() for field in row)
+        if kind not in ("community", "cohort"):
+            raise MembershipImportError(f"line {number}: kind must be community or cohort, got {kind!r}")
+        try:
+            user_id = parse_user_id(raw_id)
+        except ValueError as exc:
+            raise MembershipImportError(f"line {number}: user_id {raw_id!r}: {exc}") from None
+        wanted.setdefault((kind, slug), set()).add(user_id)
+    added = already = created = 0
+    with transaction.atomic():
+        for (kind, slug), user_ids in sorted(wanted.items()):
+            model: type[Community] | type[Cohort] = Community if kind == "community" else Cohort
+            group = model.objects.filter(slug=slug).first()
+            if group is None:
+                if not create_groups:
+                    raise MembershipImportError(f"no {kind} with slug {slug!r} (use --create-groups)")
+                try:
+                    slug_validator(slug)
+                except DjangoValidationError as exc:
+                    raise MembershipImportError(f"{kind} slug {slug!r}: {' '.join(exc.messages)}") from None
+                group = model.objects.create(slug=slug, name=slug)
+                created += 1
+            change = group_members_add(group=group, user_ids=sorted(user_ids))
+            added += change.changed
+            already += change.unchanged
+    return ImportReport(added=added, already=already, created=created)

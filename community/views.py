@@ -1,33 +1,57 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.permissions import SAFE_METHODS, DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from signals_app.selectors import cohort_attribution, community_trending
 from tidalproject.api import UserIdField, WriteRateThrottle
 
-from .models import ChangeSource
+from .models import ChangeSource, Cohort, Community
 from .permissions import CHANGE_ANY, READ_ANY, ensure_may_act_on
 from .selectors import LayerStatus, community_layer_history, community_layer_status
 from .serializers import (
     BulkLeaveSerializer,
     BulkStatusSerializer,
+    GroupSerializer,
     LayerStatusSerializer,
     LeaveHistorySerializer,
+    MembershipChangeSerializer,
+    MembersSerializer,
+    TopItemSerializer,
+    TopItemsSerializer,
+    WindowQuerySerializer,
 )
-from .services import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from .services import (
+    SlugTaken,
+    bulk_leave_community_layer,
+    group_create,
+    group_members_add,
+    group_members_remove,
+    leave_community_layer,
+    rejoin_community_layer,
+)
 
 USER_ID_PARAM = OpenApiParameter("user_id", int, OpenApiParameter.PATH, description="The user's id, 0 to 2**63-1.")
 
 
 class _UserIdPath(serializers.Serializer[Any]):
     user_id = UserIdField()
+
+
+def parse_path_user_id(raw: str) -> int:
+    """The ``{user_id}`` of a URL, or a 400 naming the rule."""
+    path = _UserIdPath(data={"user_id": raw})
+    path.is_valid(raise_exception=True)
+    user_id: int = path.validated_data["user_id"]
+    return user_id
 
 
 class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
@@ -44,9 +68,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     lookup_value_regex = r"[^/]+"
 
     def _user_id(self, perm: str) -> int:
-        path = _UserIdPath(data={"user_id": self.kwargs["user_id"]})
-        path.is_valid(raise_exception=True)
-        user_id: int = path.validated_data["user_id"]
+        user_id = parse_path_user_id(self.kwargs["user_id"])
         ensure_may_act_on(self.request.user, user_id=user_id, perm=perm)
         return user_id
 
@@ -103,3 +125,95 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
         return Response(
             {"results": [LayerStatusSerializer(LayerStatus(records[u], corrupt=False)).data for u in user_ids]}
         )
+
+
+class GroupPermissions(DjangoModelPermissions):
+    """Writes need the model's add permission; reads need ``read_perm`` where the view sets one."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            read_perm = getattr(view, "read_perm", None)
+            return bool(
+                request.user and request.user.is_authenticated and (not read_perm or request.user.has_perm(read_perm))
+            )
+        return super().has_permission(request, view)
+
+
+class _GroupViewSet(viewsets.GenericViewSet[Any]):
+    """Communities and cohorts: create, list, read, members, top items."""
+
+    permission_classes = [IsAuthenticated, GroupPermissions]
+    throttle_classes = [WriteRateThrottle]
+    serializer_class = GroupSerializer
+    lookup_field = "slug"
+    lookup_value_regex = r"[^/]+"
+    read_perm: str | None = None
+    member_perms: dict[str, str] = {}
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(GroupSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, slug: str) -> Response:
+        return Response(GroupSerializer(self.get_object()).data)
+
+    def create(self, request: Request) -> Response:
+        body = GroupSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            group = group_create(model=self.get_queryset().model, **body.validated_data)
+        except SlugTaken:
+            raise ValidationError({"slug": ["This slug is taken."]}) from None
+        return Response(GroupSerializer(group).data, status=201)
+
+    def _members_body(self, request: Request) -> Sequence[int]:
+        perm = self.member_perms["delete" if request.method == "DELETE" else "add"]
+        if not request.user.has_perm(perm):
+            raise PermissionDenied(f"Changing members needs the {perm} permission.")
+        body = MembersSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        user_ids: list[int] = body.validated_data["user_ids"]
+        return user_ids
+
+    @extend_schema(
+        request=MembersSerializer,
+        responses=MembershipChangeSerializer,
+        summary="Add (POST) or remove (DELETE) up to 1,000 members by user id",
+    )
+    @action(detail=True, methods=["post", "delete"])
+    def members(self, request: Request, slug: str) -> Response:
+        group = self.get_object()
+        user_ids = self._members_body(request)
+        if request.method == "DELETE":
+            change = group_members_remove(group=group, user_ids=user_ids)
+            return Response({"removed": change.changed, "absent": change.unchanged})
+        change = group_members_add(group=group, user_ids=user_ids)
+        return Response({"added": change.changed, "already": change.unchanged})
+
+    def _top_items(self, request: Request, select: Any) -> Response:
+        group = self.get_object()
+        query = WindowQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        items = select(group, **query.validated_data)
+        return Response({"results": TopItemSerializer(items, many=True).data})
+
+
+class CommunityViewSet(_GroupViewSet):
+    queryset = Community.objects.all()
+    member_perms = {"add": "community.add_communitymember", "delete": "community.delete_communitymember"}
+
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
+    @action(detail=True, methods=["get"])
+    def trending(self, request: Request, slug: str) -> Response:
+        return self._top_items(request, lambda group, **window: community_trending(community=group, **window))
+
+
+class CohortViewSet(_GroupViewSet):
+    queryset = Cohort.objects.all()
+    read_perm = "community.view_cohort"
+    member_perms = {"add": "community.add_cohortmember", "delete": "community.delete_cohortmember"}
+
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
+    @action(detail=True, methods=["get"])
+    def attribution(self, request: Request, slug: str) -> Response:
+        return self._top_items(request, lambda group, **window: cohort_attribution(cohort=group, **window))

@@ -1,1 +1,91 @@
-# Signals, aggregates and the processing pipeline arrive with the signal pipeline issue.
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from community.models import Cohort, Community
+
+
+class Outcome(models.IntegerChoices):
+    PENDING = 0, "pending"
+    ATTRIBUTED = 1, "attributed"
+    GATED = 2, "gated"
+    NO_TARGET = 3, "no_target"
+
+
+class Signal(models.Model):
+    """One signal of a user on an item, stored as pending and processed exactly once."""
+
+    id = models.BigAutoField(primary_key=True)
+    sender = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    user_id = models.BigIntegerField()
+    item_id = models.BigIntegerField()
+    kind = models.CharField(max_length=32)
+    weight = models.FloatField(default=1.0)
+    occurred_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    # NULL, not "", for "no key": the unique constraint applies to keyed signals only.
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    outcome = models.PositiveSmallIntegerField(choices=Outcome.choices, default=Outcome.PENDING)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sender", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="signal_idempotency_key_per_sender",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["user_id", "-id"], name="signal_by_user"),
+            # The sweep looks for old pending signals only: a small partial index.
+            models.Index(fields=["received_at"], condition=models.Q(outcome=0), name="signal_pending_by_age"),
+            models.Index(fields=["outcome", "processed_at"], name="signal_outcome_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"signal {self.id} of user {self.user_id}"
+
+
+class Aggregate(models.Model):
+    """Per target, item, kind and hour: how many signals, their weight sum, the last time."""
+
+    item_id = models.BigIntegerField()
+    kind = models.CharField(max_length=32)
+    hour = models.DateTimeField()
+    count = models.BigIntegerField(default=0)
+    weight_sum = models.FloatField(default=0.0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+
+
+class CommunityAggregate(Aggregate):
+    """What was forwarded to a community: drives its trending list."""
+
+    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["community", "hour", "item_id", "kind"], name="community_aggregate_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.community_id} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"
+
+
+class CohortAggregate(Aggregate):
+    """What was attributed to a cohort."""
+
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cohort", "hour", "item_id", "kind"], name="cohort_aggregate_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cohort_id} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"

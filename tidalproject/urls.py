@@ -5,7 +5,8 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
 from rest_framework.throttling import AnonRateThrottle
 
-from community.views import CommunityLayerViewSet
+from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet
+from signals_app.views import SignalIngestView, UserSignalsView
 
 
 class TokenLoginThrottle(AnonRateThrottle):
@@ -20,9 +21,13 @@ class ObtainToken(ObtainAuthToken):
 
 router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
+router.register("communities", CommunityViewSet, basename="community")
+router.register("cohorts", CohortViewSet, basename="cohort")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/signals/", SignalIngestView.as_view(), name="signals"),
+    path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -183,3 +183,9 @@ SIGNAL_MAX_CLOCK_SKEW_SECONDS = env.int("SIGNAL_MAX_CLOCK_SKEW_SECONDS", default
 SIGNAL_BATCH_SIZE = env.int("SIGNAL_BATCH_SIZE", default=500)
 # The sweep re-enqueues signals still pending this long after they were received.
 SIGNAL_SWEEP_AFTER_SECONDS = env.int("SIGNAL_SWEEP_AFTER_SECONDS", default=120)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-pending-signals": {
+        "task": "signals_app.tasks.sweep_pending_signals",
+        "schedule": env.float("SIGNAL_SWEEP_EVERY_SECONDS", default=60.0),
+    },
+}

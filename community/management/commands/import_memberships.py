@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from community.services import MembershipImportError, import_memberships
+
+
+class Command(BaseCommand):
+    help = (
+        "Import community and cohort memberships from a CSV file of lines "
+        "'community,<slug>,<user_id>' or 'cohort,<slug>,<user_id>' (a header line is allowed). "
+        "The whole file is checked first and imported in one transaction: all or nothing. "
+        "Existing memberships are kept; unknown slugs are an error unless --create-groups."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("path", type=Path, help="The CSV file, or - for standard input.")
+        parser.add_argument("--create-groups", action="store_true", help="Create communities and cohorts not found.")
+
+    def handle(self, *args: Any, path: Path, create_groups: bool, **options: Any) -> None:
+        try:
+            if str(path) == "-":
+                report = import_memberships(lines=sys.stdin, create_groups=create_groups)
+            else:
+                with path.open(newline="", encoding="utf-8") as handle:
+                    report = import_memberships(lines=handle, create_groups=create_groups)
+        except (MembershipImportError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"added {report.added}, already there {report.already}, groups created {report.created}")

@@ -1,0 +1,51 @@
+"""Shapes of the signal API for the OpenAPI schema and the answers.
+
+Incoming batches are validated by ``validation.parse_signal_batch`` (fast, one pass);
+``SignalBatchSerializer`` documents the same rules for the schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from tidalproject.api import UserIdField
+
+from .models import Signal
+from .validation import KIND_RULE, MAX_ABS_WEIGHT, MAX_BATCH, MAX_KEY_LENGTH
+
+
+class SignalInSerializer(serializers.Serializer[Any]):
+    user_id = UserIdField()
+    item_id = UserIdField(help_text="The item's id, 0 to 2**63-1.")
+    kind = serializers.RegexField(f"^{KIND_RULE}$", max_length=32, help_text=KIND_RULE)
+    weight = serializers.FloatField(
+        required=False, default=1.0, min_value=-MAX_ABS_WEIGHT, max_value=MAX_ABS_WEIGHT, help_text="Default 1."
+    )
+    occurred_at = serializers.DateTimeField(
+        required=False, help_text="RFC 3339 with an offset; default now; not in the future beyond the clock skew."
+    )
+    idempotency_key = serializers.CharField(
+        required=False, min_length=1, max_length=MAX_KEY_LENGTH, help_text="Unique per sending account."
+    )
+
+
+class SignalBatchSerializer(serializers.Serializer[Any]):
+    signals = SignalInSerializer(many=True, min_length=1, max_length=MAX_BATCH)  # type: ignore[call-arg]
+
+
+class IngestResultSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField(help_text="Signals stored, to be processed.")
+    duplicates = serializers.IntegerField(help_text="Signals whose idempotency key was used before.")
+
+
+class SignalOutSerializer(serializers.ModelSerializer[Signal]):
+    outcome = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Signal
+        fields = ["id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "outcome", "processed_at"]
+
+    def get_outcome(self, signal: Signal) -> str:
+        return signal.get_outcome_display()

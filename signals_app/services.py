@@ -1,0 +1,212 @@
+"""Writes of the signal pipeline: ingest, processing (the gate's home), the sweep."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from community.cache import LeaveGate
+from community.models import CohortMember, CommunityLeave, CommunityMember
+
+from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
+from .sql import Increments, add_to_aggregates, insert_signals
+from .validation import SignalIn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    signal_ids: list[int]
+
+
+def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
+    """Store validated signals as pending and, once committed, enqueue their processing.
+
+    A signal whose idempotency key this sender used before is a duplicate: not stored again.
+    """
+    rows = [(s.user_id, s.item_id, s.kind, s.weight, s.occurred_at, s.idempotency_key) for s in signals]
+    with transaction.atomic():
+        ids = insert_signals(sender.pk, timezone.now(), rows)
+        transaction.on_commit(partial(_enqueue_after_commit, ids))
+    return IngestResult(accepted=len(ids), duplicates=len(rows) - len(ids), signal_ids=ids)
+
+
+def enqueue_signal_processing(signal_ids: Sequence[int]) -> None:
+    """Queue processing tasks of SIGNAL_BATCH_SIZE signals each."""
+    from .tasks import process_signal_batch
+
+    size = settings.SIGNAL_BATCH_SIZE
+    for start in range(0, len(signal_ids), size):
+        process_signal_batch.delay(list(signal_ids[start : start + size]))
+
+
+def _enqueue_after_commit(signal_ids: Sequence[int]) -> None:
+    # The signals are committed: a broker that cannot be reached now is not the client's
+    # problem. They stay pending and the sweep (requeue_pending_signals) enqueues them.
+    from kombu.exceptions import OperationalError as BrokerError
+
+    try:
+        enqueue_signal_processing(signal_ids)
+    except BrokerError:
+        logger.warning("broker unreachable: %d signals left for the sweep", len(signal_ids), exc_info=True)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    attributed: int = 0
+    gated: int = 0
+    no_target: int = 0
+
+    @property
+    def processed(self) -> int:
+        return self.attributed + self.gated + self.no_target
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _add(
+    increments: Increments, target_ids: Iterable[int], item_id: int, kind: str, weight: float, at: datetime
+) -> None:
+    hour = _hour(at)
+    for target_id in target_ids:
+        key = (target_id, hour, item_id, kind)
+        current = increments.get(key)
+        if current is None:
+            increments[key] = [1, weight, at]
+        else:
+            current[0] += 1
+            current[1] += weight
+            if at > current[2]:
+                current[2] = at
+
+
+def try_cohort_attribution(
+    gate: LeaveGate,
+    user_id: int,
+    item_id: int,
+    kind: str,
+    weight: float,
+    occurred_at: datetime,
+    cohort_ids: Sequence[int],
+    increments: Increments,
+) -> Outcome:
+    """Credit the signal to every cohort of its user, unless the user has left."""
+    if gate.is_left(user_id):
+        return Outcome.GATED
+    if not cohort_ids:
+        return Outcome.NO_TARGET
+    _add(increments, cohort_ids, item_id, kind, weight, occurred_at)
+    return Outcome.ATTRIBUTED
+
+
+def try_community_forwarding(
+    gate: LeaveGate,
+    user_id: int,
+    item_id: int,
+    kind: str,
+    weight: float,
+    occurred_at: datetime,
+    community_ids: Sequence[int],
+    increments: Increments,
+) -> Outcome:
+    """Forward the signal to every community of its user, unless the user has left."""
+    if gate.is_left(user_id):
+        return Outcome.GATED
+    if not community_ids:
+        return Outcome.NO_TARGET
+    _add(increments, community_ids, item_id, kind, weight, occurred_at)
+    return Outcome.ATTRIBUTED
+
+
+def _memberships(model: type[CommunityMember] | type[CohortMember], user_ids: set[int]) -> dict[int, list[int]]:
+    target = "community_id" if model is CommunityMember else "cohort_id"
+    by_user: dict[int, list[int]] = {}
+    for user_id, target_id in model.objects.filter(user_id__in=user_ids).values_list("user_id", target):
+        by_user.setdefault(user_id, []).append(target_id)
+    return by_user
+
+
+def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
+    """Process the pending signals among ``signal_ids``, in one transaction.
+
+    Locks them (skipping any another worker holds), syncs the leave fence once, loads the
+    batch's memberships, runs the two gated steps for each signal, adds the increments to
+    the aggregates and marks each signal with its outcome. Signals already processed are
+    not touched, so running it again on the same ids changes nothing.
+    """
+    with transaction.atomic():
+        rows = list(
+            Signal.objects.select_for_update(skip_locked=True)
+            .filter(id__in=signal_ids, outcome=Outcome.PENDING)
+            .order_by("id")
+            .values_list("id", "user_id", "item_id", "kind", "weight", "occurred_at")
+        )
+        if not rows:
+            return BatchReport()
+        gate = CommunityLeave.objects.gate()
+        user_ids = {row[1] for row in rows}
+        cohorts = _memberships(CohortMember, user_ids)
+        communities = _memberships(CommunityMember, user_ids)
+        cohort_increments: Increments = {}
+        community_increments: Increments = {}
+        by_outcome: dict[Outcome, list[int]] = {Outcome.ATTRIBUTED: [], Outcome.GATED: [], Outcome.NO_TARGET: []}
+        no_targets: Sequence[int] = ()
+        for signal_id, user_id, item_id, kind, weight, occurred_at in rows:
+            attributed = try_cohort_attribution(
+                gate, user_id, item_id, kind, weight, occurred_at, cohorts.get(user_id, no_targets), cohort_increments
+            )
+            forwarded = try_community_forwarding(
+                gate,
+                user_id,
+                item_id,
+                kind,
+                weight,
+                occurred_at,
+                communities.get(user_id, no_targets),
+                community_increments,
+            )
+            by_outcome[min(attributed, forwarded, key=_OUTCOME_RANK.__getitem__)].append(signal_id)
+        add_to_aggregates(CohortAggregate, cohort_increments)
+        add_to_aggregates(CommunityAggregate, community_increments)
+        now = timezone.now()
+        for outcome, ids in by_outcome.items():
+            if ids:
+                Signal.objects.filter(id__in=ids).update(outcome=outcome, processed_at=now)
+    return BatchReport(
+        attributed=len(by_outcome[Outcome.ATTRIBUTED]),
+        gated=len(by_outcome[Outcome.GATED]),
+        no_target=len(by_outcome[Outcome.NO_TARGET]),
+    )
+
+
+# A signal's outcome is the strongest of its two steps': gated, then attributed, then none.
+_OUTCOME_RANK = {Outcome.GATED: 0, Outcome.ATTRIBUTED: 1, Outcome.NO_TARGET: 2}
+
+
+def requeue_pending_signals(*, older_than: timedelta, limit: int = 100_000) -> int:
+    """Enqueue again the signals still pending ``older_than`` after they were received.
+
+    For a broker that lost messages: processing is idempotent, so a signal that was in fact
+    still queued is only skipped by the second task. Returns how many were enqueued.
+    """
+    cutoff = timezone.now() - older_than
+    ids = list(
+        Signal.objects.filter(outcome=Outcome.PENDING, received_at__lt=cutoff)
+        .order_by("id")
+        .values_list("id", flat=True)[:limit]
+    )
+    enqueue_signal_processing(ids)
+    return len(ids)

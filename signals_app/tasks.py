@@ -1,0 +1,40 @@
+"""Celery tasks: thin, by id, retried on transient database errors."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+
+from .services import process_signals, requeue_pending_signals
+
+
+@shared_task(
+    acks_late=True,  # a worker that dies mid-batch leaves the message to be redelivered
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError),  # database down, deadlock, fence unreadable
+    retry_backoff=True,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=20,  # after that the signals are still pending: the sweep takes them up
+    soft_time_limit=120,
+    time_limit=180,
+    ignore_result=True,
+)
+def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
+    report = process_signals(signal_ids=signal_ids)
+    return {"attributed": report.attributed, "gated": report.gated, "no_target": report.no_target}
+
+
+@shared_task(
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    max_retries=3,
+    soft_time_limit=60,
+    time_limit=90,
+    ignore_result=True,
+)
+def sweep_pending_signals() -> int:
+    return requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))

@@ -1,0 +1,131 @@
+"""Validation of a signal batch, written for speed: 1,000 signals in a few milliseconds.
+
+DRF's nested serializers take about 30 ms for the same batch, a third of the ingest
+budget, so the batch is checked here in one pass; ``serializers.SignalBatchSerializer``
+only documents the shape for the OpenAPI schema. Errors come back in DRF's shape, by
+index and field: ``{"signals": {"3": {"kind": ["..."]}}}``. All or nothing: one bad
+signal rejects the batch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from rest_framework.exceptions import ValidationError
+
+from tidalproject.api import parse_user_id
+
+MAX_BATCH = 1000
+MAX_ABS_WEIGHT = 1e9
+MAX_KEY_LENGTH = 128
+KIND_RULE = "[a-z0-9_]{1,32}"
+_KIND = re.compile(KIND_RULE)
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})")
+_FIELDS = frozenset({"user_id", "item_id", "kind", "weight", "occurred_at", "idempotency_key"})
+_REQUIRED = ("user_id", "item_id", "kind")
+
+
+class SignalIn(NamedTuple):
+    user_id: int
+    item_id: int
+    kind: str
+    weight: float
+    occurred_at: datetime
+    idempotency_key: str | None
+
+
+def parse_rfc3339(value: Any) -> datetime:
+    """An RFC 3339 time with an offset, as an aware UTC datetime (microseconds kept)."""
+    if not isinstance(value, str):
+        raise ValueError("Must be an RFC 3339 date-time string, e.g. 2026-11-30T12:00:00Z.")
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ValueError("Must be an RFC 3339 date-time with an offset, e.g. 2026-11-30T12:00:00Z.")
+    date, time, fraction, offset = match.groups()
+    micro = (fraction or "0")[:6].ljust(6, "0")
+    offset = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        parsed = datetime.fromisoformat(f"{date}T{time}.{micro}{offset}")
+    except ValueError as exc:
+        raise ValueError(f"Not a valid date-time: {exc}.") from None
+    return parsed.astimezone(UTC)
+
+
+def _signal(item: Any, now: datetime, latest: datetime) -> tuple[SignalIn | None, dict[str, list[str]]]:
+    if not isinstance(item, dict):
+        return None, {"non_field_errors": [f"Expected an object but got {type(item).__name__}."]}
+    errors: dict[str, list[str]] = {name: ["Unknown field."] for name in item.keys() - _FIELDS}
+    for name in _REQUIRED:
+        if name not in item:
+            errors[name] = ["This field is required."]
+
+    def ident(name: str) -> int:
+        try:
+            return parse_user_id(item[name])
+        except ValueError as exc:
+            errors[name] = [str(exc)]
+            return 0
+
+    user_id = ident("user_id") if "user_id" in item else 0
+    item_id = ident("item_id") if "item_id" in item else 0
+
+    kind = item.get("kind")
+    if "kind" in item and not (isinstance(kind, str) and _KIND.fullmatch(kind)):
+        errors["kind"] = [f"Must match {KIND_RULE}."]
+
+    weight = item.get("weight", 1.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        errors["weight"] = ["Must be a number."]
+    elif not (math.isfinite(weight) and abs(weight) <= MAX_ABS_WEIGHT):
+        errors["weight"] = [f"Must be a finite number with |weight| <= {MAX_ABS_WEIGHT:g}."]
+
+    occurred_at = now
+    if "occurred_at" in item:
+        try:
+            occurred_at = parse_rfc3339(item["occurred_at"])
+        except ValueError as exc:
+            errors["occurred_at"] = [str(exc)]
+        else:
+            if occurred_at > latest:
+                errors["occurred_at"] = ["Must not be in the future (beyond the allowed clock skew)."]
+
+    key = item.get("idempotency_key")
+    if key is not None and not (isinstance(key, str) and 1 <= len(key) <= MAX_KEY_LENGTH):
+        errors["idempotency_key"] = [f"Must be a string of 1 to {MAX_KEY_LENGTH} characters."]
+
+    if errors:
+        return None, errors
+    return SignalIn(user_id, item_id, kind, float(weight), occurred_at, key), errors  # type: ignore[arg-type]
+
+
+def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta) -> list[SignalIn]:
+    """Validate ``{"signals": [...]}``; raise ``ValidationError`` naming every bad field."""
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["Expected an object with a 'signals' list."]})
+    unknown = data.keys() - {"signals"}
+    if unknown:
+        raise ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
+    if "signals" not in data:
+        raise ValidationError({"signals": ["This field is required."]})
+    items = data["signals"]
+    if not isinstance(items, list):
+        raise ValidationError({"signals": [f"Expected a list of signals but got {type(items).__name__}."]})
+    if not items:
+        raise ValidationError({"signals": ["This list may not be empty."]})
+    if len(items) > MAX_BATCH:
+        raise ValidationError({"signals": [f"Ensure this list has no more than {MAX_BATCH} signals."]})
+    latest = now + max_skew
+    parsed: list[SignalIn] = []
+    errors: dict[str, dict[str, list[str]]] = {}
+    for index, item in enumerate(items):
+        signal, item_errors = _signal(item, now, latest)
+        if signal is None:
+            errors[str(index)] = item_errors
+        else:
+            parsed.append(signal)
+    if errors:
+        raise ValidationError({"signals": errors})
+    return parsed

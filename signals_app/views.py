@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from community.permissions import ensure_may_act_on
+from community.views import USER_ID_PARAM, parse_path_user_id
+from tidalproject.api import WriteRateThrottle
+
+from .selectors import user_recent_signals
+from .serializers import IngestResultSerializer, SignalBatchSerializer, SignalOutSerializer
+from .services import ingest_signals
+from .validation import parse_signal_batch
+
+ADD_SIGNALS = "signals_app.add_signal"
+READ_ANY_SIGNALS = "signals_app.view_signal"
+
+
+class CanAddSignals(BasePermission):
+    message = f"Posting signals needs the {ADD_SIGNALS} permission."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm(ADD_SIGNALS))
+
+
+class SignalIngestView(APIView):
+    """Accept a batch of signals: validated whole, stored as pending, processed by the workers."""
+
+    permission_classes = [IsAuthenticated, CanAddSignals]
+    throttle_classes = [WriteRateThrottle]
+
+    @extend_schema(
+        request=SignalBatchSerializer,
+        responses={202: IngestResultSerializer},
+        summary="Post up to 1,000 signals (all or nothing)",
+    )
+    def post(self, request: Request) -> Response:
+        signals = parse_signal_batch(
+            request.data, now=timezone.now(), max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS)
+        )
+        result = ingest_signals(sender=request.user, signals=signals)
+        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_202_ACCEPTED)
+
+
+class UserSignalsView(GenericAPIView[Any]):
+    """A user's recent signals, newest first, with what processing did with each."""
+
+    permission_classes = [IsAuthenticated]
+    serializer_class = SignalOutSerializer
+
+    @extend_schema(parameters=[USER_ID_PARAM, OpenApiParameter("limit", int)], summary="A user's recent signals")
+    def get(self, request: Request, user_id: str) -> Response:
+        uid = parse_path_user_id(user_id)
+        ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)
+        page = self.paginate_queryset(user_recent_signals(user_id=uid))
+        return self.get_paginated_response(SignalOutSerializer(page, many=True).data)
