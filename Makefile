@@ -18,6 +18,7 @@ run: install
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py shell -c "from django.contrib.auth import get_user_model as m; \
 	  U = m(); U.objects.filter(username='admin').exists() or U.objects.create_superuser('admin', password='admin')"
+	DEBUG=1 $(PY) manage.py seed_demo
 	@echo
 	@echo "  API docs:  http://127.0.0.1:8000/api/docs/"
 	@echo "  Admin:     http://127.0.0.1:8000/admin/   (admin / admin: a development account)"
