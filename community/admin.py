@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from tidalproject.api import parse_user_id
 
+from .cache import CORRUPT
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import (
     ChangeSource,
@@ -44,7 +45,7 @@ def _hex(obj: CommunityLeave | LeaveHistory) -> str:
 class RecordStatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
-    _codes = {"active": MembershipStatus.ACTIVE, "left": MembershipStatus.LEFT, "corrupt": -1}
+    _codes = {"active": MembershipStatus.ACTIVE, "left": MembershipStatus.LEFT, "corrupt": CORRUPT}
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(key, key) for key in self._codes]

@@ -1,0 +1,1 @@
+"""Benchmarks of the community layer: run ``python bench/run.py`` (see BENCHMARKS.md)."""

@@ -1,0 +1,348 @@
+"""The leave cache's budgets, each measured against a floor taken in the same run.
+
+Imported only after ``django.setup()``: run.py owns the database and the settings.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from bench import tools
+from bench.report import Row, mib, ms, ns, ratio, us
+from community.cache import LeaveGate
+from community.membership import MembershipStatus
+from community.models import ChangeSource, CommunityLeave, LeaveClock
+from community.services import bulk_leave_community_layer
+
+TABLE = CommunityLeave._meta.db_table
+FLOOR_WARM_SQL = f"SELECT user_id, value FROM {TABLE}"
+FLOOR_FENCE_SQL = f"SELECT version, generation FROM {LeaveClock._meta.db_table} WHERE id = %s"
+
+GATE_CHECK_BUDGET = 3.0
+WARM_BUDGET = 2.0
+BYTES_PER_RECORD_BUDGET = 100
+FENCE_QUERIES_BUDGET = 1
+LEAVE_CHUNK = 1_000
+
+
+@dataclass(frozen=True)
+class Options:
+    records: int
+    active_share: float
+    warm_rounds: int
+    lookup_rounds: int
+    probes: int
+    fence_rounds: int
+    fence_calls: int
+    sync_steps: tuple[int, ...]
+    sync_rounds: int
+    seed: int
+
+
+def progress(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def gate() -> LeaveGate:
+    return CommunityLeave.objects.gate()
+
+
+def cold_gate() -> LeaveGate:
+    """Forget the cache, then sync: a full warm from the records."""
+    CommunityLeave.objects.cache.reset()
+    return gate()
+
+
+def rss_in_fresh_process(what: str) -> int | None:
+    """Peak resident memory rise of one warm ("warm") or one floor fetchall ("floor"), in bytes."""
+    child = Path(__file__).with_name("rss_child.py")
+    done = subprocess.run([sys.executable, str(child), what], check=True, capture_output=True, text=True)
+    peak: int | None = json.loads(done.stdout.strip().splitlines()[-1])["peak"]
+    return peak
+
+
+def is_gated(value: bytes) -> bool:
+    """The gate's rule for one stored record, from the bytes the benchmark wrote."""
+    return value[0] != MembershipStatus.ACTIVE
+
+
+@dataclass
+class Bench:
+    conn: psycopg.Connection[Any]
+    options: Options
+    budgets: list[Row] = field(default_factory=list)
+    info: list[Row] = field(default_factory=list)
+    failed_checks: list[str] = field(default_factory=list)
+
+    def run(self) -> None:
+        opts = self.options
+        small = tools.leave_records(10, active_share=opts.active_share, seed=opts.seed + 1)
+        self.load(small)
+        self.fence(len(small))
+        self.truncate()
+
+        progress(f"making and loading {opts.records:,} records ({opts.active_share:.0%} ACTIVE)")
+        records = tools.leave_records(opts.records, active_share=opts.active_share, seed=opts.seed)
+        label = f"{opts.active_share:.0%} ACTIVE"
+        self.load(records, label)
+        self.warm(records, label, budget=True)
+        self.fence(len(records))
+        self.gate_check(records)
+        self.syncs({user_id for user_id, _ in records})
+
+        progress(f"reloading the same {opts.records:,} ids, all LEFT")
+        all_left = tools.leave_records(opts.records, active_share=0.0, seed=opts.seed)
+        del records
+        self.truncate()
+        self.load(all_left, "all LEFT")
+        self.warm(all_left, "all LEFT", budget=False)
+
+        # Rows in the order of BENCHMARKS.md's list (0. data, 1., 2a., 2b., 3.), run order within each.
+        for rows in (self.budgets, self.info):
+            rows.sort(key=lambda row: row.name.split(" ", 1)[0])
+
+    # --- data --------------------------------------------------------------------------
+
+    def load(self, records: Sequence[tuple[int, bytes]], label: str = "") -> None:
+        started = time.perf_counter()
+        tools.copy_records(self.conn, TABLE, records)
+        if label:
+            elapsed = ms(time.perf_counter() - started)
+            self.info.append(Row(f"0. load {len(records):,} records, {label} (COPY BINARY + VACUUM ANALYZE)", elapsed))
+
+    def truncate(self) -> None:
+        self.conn.execute(f"TRUNCATE {TABLE}")
+
+    def floor_fetch(self) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cursor:
+            cursor.execute(FLOOR_WARM_SQL)
+            return cursor.fetchall()
+
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.failed_checks.append(what)
+            print(f"CHECK FAILED: {what}", file=sys.stderr)
+
+    # --- budget 2: warming ---------------------------------------------------------------
+
+    def warm(self, records: Sequence[tuple[int, bytes]], label: str, *, budget: bool) -> None:
+        opts = self.options
+        count = len(records)
+        progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
+        cases = {
+            "floor": tools.Case(run=self.floor_fetch),
+            "warm": tools.Case(run=gate, prepare=CommunityLeave.objects.cache.reset),
+        }
+        tools.time_rounds(cases, 1)  # untimed: first use of each path
+        timing = tools.time_rounds(cases, opts.warm_rounds)
+        floor, warm = timing["floor"].median, timing["warm"].median
+        (self.budgets if budget else self.info).append(
+            Row(
+                f"2a. warm from {count:,} records, {label} (median of {opts.warm_rounds})",
+                f"{ms(warm)} (best {ms(timing['warm'].best)})",
+                f"{ms(floor)} (best {ms(timing['floor'].best)})",
+                ratio(warm / floor),
+                f"≤ {WARM_BUDGET:g}x",
+                warm / floor <= WARM_BUDGET if budget else None,
+            ),
+        )
+
+        expected = {user_id for user_id, value in records if is_gated(value)}
+        warmed = cold_gate()
+        self.check(
+            CommunityLeave.objects.cache.size == len(expected)
+            and all(warmed.is_left(user_id) == (user_id in expected) for user_id, _ in records),
+            f"the warmed cache gates exactly the LEFT records ({label})",
+        )
+        del warmed
+
+        progress(f"memory of the warm, {label}")
+        CommunityLeave.objects.cache.reset()
+        held_gate, use = tools.traced(gate)
+        held = CommunityLeave.objects.cache.size
+        del held_gate
+        set_floor = tools.set_floor_bytes(expected)
+        per_record = use.retained / held
+        self.budgets.append(
+            Row(
+                f"2b. memory retained per record held, {label} ({held:,} held)",
+                f"{per_record:.1f} B ({mib(use.retained)})",
+                f"{set_floor / held:.1f} B (bare set of the same ids)",
+                ratio(use.retained / set_floor),
+                f"≤ {BYTES_PER_RECORD_BUDGET} B/record",
+                per_record <= BYTES_PER_RECORD_BUDGET,
+            )
+        )
+        floor_rows, floor_use = tools.traced(self.floor_fetch)
+        del floor_rows
+        self.info.append(
+            Row(
+                f"2b. peak Python memory during warm (tracemalloc), {label}",
+                f"{mib(use.peak)} ({use.peak / held:.0f} B/held)",
+                f"{mib(floor_use.peak)} (fetchall)",
+                ratio(use.peak / floor_use.peak),
+            )
+        )
+        warm_rss, floor_rss = rss_in_fresh_process("warm"), rss_in_fresh_process("floor")
+        self.info.append(
+            Row(
+                f"2b. peak resident memory rise during warm, fresh process (VmHWM), {label}",
+                f"{mib(warm_rss)} ({warm_rss / held:.0f} B/held)" if warm_rss else "n/a",
+                f"{mib(floor_rss)} (fetchall)" if floor_rss else "n/a",
+                ratio(warm_rss / floor_rss) if warm_rss and floor_rss else "",
+            )
+        )
+
+    # --- budget 3: the fence -------------------------------------------------------------
+
+    def fence(self, count: int) -> None:
+        opts = self.options
+        progress(f"fence, nothing changed, {count:,} records")
+        cache = CommunityLeave.objects.cache
+        cold_gate()
+        warms = cache.warms
+        with CaptureQueriesContext(connection) as captured:
+            gate()
+        queries = len(captured.captured_queries)
+        self.budgets.append(
+            Row(
+                f"3. fence, nothing changed, {count:,} records: queries per gate()",
+                str(queries),
+                "",
+                "",
+                f"exactly {FENCE_QUERIES_BUDGET}",
+                queries == FENCE_QUERIES_BUDGET,
+            )
+        )
+        with self.conn.cursor() as cursor:
+            namespace = {"gate": gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)}
+            timing = tools.statement_rounds(
+                {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},
+                namespace,
+                opts.fence_rounds,
+                number=opts.fence_calls,
+            )
+        self.check(cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
+        floor, fenced = timing["floor"].median, timing["gate"].median
+        self.info.append(
+            Row(
+                f"3. fence time per gate(), nothing changed, {count:,} records",
+                us(fenced),
+                f"{us(floor)} (psycopg, same row)",
+                ratio(fenced / floor),
+            )
+        )
+
+    # --- budget 1: the look-up -----------------------------------------------------------
+
+    def gate_check(self, records: Sequence[tuple[int, bytes]]) -> None:
+        opts = self.options
+        progress(f"gate look-ups vs dict, {opts.probes:,} probes, {opts.lookup_rounds} rounds")
+        stored = dict(records)
+        probes = tools.probe_ids(
+            [user_id for user_id, _ in records], opts.probes, space=tools.ID_SPACE * len(records), seed=opts.seed + 2
+        )
+        warmed = gate()
+        with CaptureQueriesContext(connection) as captured:
+            answers = [warmed.is_left(user_id) for user_id in probes]
+        self.check(not captured.captured_queries, "gate.is_left() runs no query")
+        self.check(
+            answers == [user_id in stored and is_gated(stored[user_id]) for user_id in probes],
+            "gate.is_left() answers as the records say",
+        )
+        timing = tools.statement_rounds(
+            {
+                "loop": "for user_id in probes: pass",
+                "dict": "for user_id in probes: user_id in d",
+                "gate": "for user_id in probes: gate.is_left(user_id)",
+            },
+            {"probes": probes, "d": stored, "gate": warmed},
+            opts.lookup_rounds,
+        )
+        loop, floor, looked_up = (timing[name].median / len(probes) for name in ("loop", "dict", "gate"))
+        self.budgets.append(
+            Row(
+                f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {opts.lookup_rounds})",
+                ns(looked_up),
+                f"{ns(floor)} (`user_id in d`, dict of {len(stored):,})",
+                ratio(looked_up / floor),
+                f"≤ {GATE_CHECK_BUDGET:g}x",
+                looked_up / floor <= GATE_CHECK_BUDGET,
+            )
+        )
+        self.info.append(
+            Row(
+                "1. gate.is_left(user_id) per look-up, net of the loop's own cost",
+                ns(looked_up - loop),
+                ns(floor - loop),
+                ratio((looked_up - loop) / (floor - loop)),
+            )
+        )
+        self.info.append(Row("1. the `for user_id in probes: pass` loop itself, per probe", ns(loop)))
+
+    # --- for information: a sync after changes ---------------------------------------------
+
+    def syncs(self, present: set[int]) -> None:
+        opts = self.options
+        rng = random.Random(opts.seed + 3)
+        space = tools.ID_SPACE * opts.records
+        cache = CommunityLeave.objects.cache
+        # Untimed: the first write after the load pays one-off costs (about 80 ms here).
+        first = tools.absent_ids(present, LEAVE_CHUNK, space=space, rng=rng)
+        present.update(first)
+        bulk_leave_community_layer(user_ids=first, source=ChangeSource.COMMAND)
+        for count in opts.sync_steps:
+            leaves = f"{count:,} leave{'' if count == 1 else 's'}"
+            progress(f"sync after {leaves}, {opts.sync_rounds} rounds")
+            writes: list[float] = []
+            syncs: list[float] = []
+            queries: set[int] = set()
+            for _ in range(opts.sync_rounds):
+                user_ids = tools.absent_ids(present, count, space=space, rng=rng)
+                present.update(user_ids)
+                gate()
+                warms, fed = cache.warms, cache.feed_rows
+                started = time.perf_counter()
+                for start in range(0, count, LEAVE_CHUNK):
+                    chunk = user_ids[start : start + LEAVE_CHUNK]
+                    bulk_leave_community_layer(user_ids=chunk, source=ChangeSource.COMMAND)
+                writes.append(time.perf_counter() - started)
+                with CaptureQueriesContext(connection) as captured:
+                    started = time.perf_counter()
+                    synced = gate()
+                    syncs.append(time.perf_counter() - started)
+                queries.add(len(captured.captured_queries))
+                self.check(
+                    cache.warms == warms and cache.feed_rows - fed == count,
+                    f"a sync after {leaves} replays the feed, no re-warm",
+                )
+                self.check(
+                    all(synced.is_left(user_id) for user_id in user_ids),
+                    f"every leaver gated after the sync after {leaves}",
+                )
+            median_sync, median_write = statistics.median(syncs), statistics.median(writes)
+            self.info.append(
+                Row(
+                    f"3. sync after {leaves}: one gate() (median of {opts.sync_rounds})",
+                    f"{ms(median_sync)}, {'/'.join(map(str, sorted(queries)))} queries",
+                )
+            )
+            self.info.append(
+                Row(
+                    f"3. {leaves} made by bulk_leave_community_layer, chunks of {LEAVE_CHUNK:,}",
+                    f"{ms(median_write)} ({us(median_write / count)} per leave)",
+                )
+            )
