@@ -62,7 +62,7 @@ def run_sql(url: str, sql: str) -> None:
 def command_line(argv: list[str]) -> str:
     python = Path(sys.executable)
     shown = python.relative_to(PROJECT_DIR) if python.is_relative_to(PROJECT_DIR) else python
-    return f"cd {PROJECT_DIR} && {shlex.join([str(shown), 'bench/run.py', *argv])}"
+    return shlex.join([str(shown), "bench/run.py", *argv])  # run from the project folder
 
 
 def machine(conn: Any) -> list[tuple[str, str]]:
