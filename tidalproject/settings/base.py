@@ -155,6 +155,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(VAR_DIR / "broker-control"),
         "store_processed": False,
     }
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # A message whose worker died unacknowledged is redelivered after this long; it must
+    # exceed the longest task (time limit 180 s). The sweep re-enqueues sooner anyway.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
