@@ -128,9 +128,12 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
 
 
 class GroupPermissions(DjangoModelPermissions):
-    """Writes need the model's add permission; reads need ``read_perm`` where the view sets one."""
+    """Writes need the model's permissions; reads need ``read_perm`` where the view sets one."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
+        if getattr(view, "action", None) == "members":
+            # Membership changes are checked against the member model's permissions by the view.
+            return bool(request.user and request.user.is_authenticated)
         if request.method in SAFE_METHODS:
             read_perm = getattr(view, "read_perm", None)
             return bool(

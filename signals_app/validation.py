@@ -9,7 +9,6 @@ signal rejects the batch.
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -24,6 +23,8 @@ MAX_KEY_LENGTH = 128
 KIND_RULE = "[a-z0-9_]{1,32}"
 _KIND = re.compile(KIND_RULE)
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})")
+# Text no database here can store: NUL (PostgreSQL) and lone surrogates (not UTF-8).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _FIELDS = frozenset({"user_id", "item_id", "kind", "weight", "occurred_at", "idempotency_key"})
 _REQUIRED = ("user_id", "item_id", "kind")
 
@@ -48,10 +49,9 @@ def parse_rfc3339(value: Any) -> datetime:
     micro = (fraction or "0")[:6].ljust(6, "0")
     offset = "+00:00" if offset in ("Z", "z") else offset
     try:
-        parsed = datetime.fromisoformat(f"{date}T{time}.{micro}{offset}")
-    except ValueError as exc:
+        return datetime.fromisoformat(f"{date}T{time}.{micro}{offset}").astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
         raise ValueError(f"Not a valid date-time: {exc}.") from None
-    return parsed.astimezone(UTC)
 
 
 def _signal(item: Any, now: datetime, latest: datetime) -> tuple[SignalIn | None, dict[str, list[str]]]:
@@ -79,7 +79,7 @@ def _signal(item: Any, now: datetime, latest: datetime) -> tuple[SignalIn | None
     weight = item.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
         errors["weight"] = ["Must be a number."]
-    elif not (math.isfinite(weight) and abs(weight) <= MAX_ABS_WEIGHT):
+    elif not abs(weight) <= MAX_ABS_WEIGHT:  # also false for NaN and infinities; ints of any size are safe
         errors["weight"] = [f"Must be a finite number with |weight| <= {MAX_ABS_WEIGHT:g}."]
 
     occurred_at = now
@@ -95,6 +95,8 @@ def _signal(item: Any, now: datetime, latest: datetime) -> tuple[SignalIn | None
     key = item.get("idempotency_key")
     if key is not None and not (isinstance(key, str) and 1 <= len(key) <= MAX_KEY_LENGTH):
         errors["idempotency_key"] = [f"Must be a string of 1 to {MAX_KEY_LENGTH} characters."]
+    elif key is not None and _UNSTORABLE.search(key):
+        errors["idempotency_key"] = ["Must not contain NUL or unpaired surrogate characters."]
 
     if errors:
         return None, errors

@@ -26,7 +26,8 @@ class Command(BaseCommand):
             if str(path) == "-":
                 report = import_memberships(lines=sys.stdin, create_groups=create_groups)
             else:
-                with path.open(newline="", encoding="utf-8") as handle:
+                # utf-8-sig: a byte-order mark, as spreadsheets write, is not part of the first field.
+                with path.open(newline="", encoding="utf-8-sig") as handle:
                     report = import_memberships(lines=handle, create_groups=create_groups)
         except (MembershipImportError, OSError) as exc:
             raise CommandError(str(exc)) from None

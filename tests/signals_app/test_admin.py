@@ -1,0 +1,134 @@
+"""The Django admin of signals, aggregates, communities, cohorts and memberships (DESIGN.md sections 6, 7)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from community.models import Cohort, CohortMember, Community, CommunityMember
+from community.services import group_members_add, leave_community_layer
+from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
+from signals_app.services import process_signals
+from tests.factories import UserFactory
+from tests.signals_app.conftest import ingest, join, sig
+
+pytestmark = pytest.mark.django_db
+
+SIGNALS = reverse("admin:signals_app_signal_changelist")
+SUMMARY_ROW = re.compile(r"<tr><th>(\w+)</th><td>(\d+)</td><td>(\d+)</td>\s*<td>(\d+)</td><td>(\d+)</td></tr>")
+
+
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client_(superuser) -> Client:
+    return logged_in(superuser)
+
+
+@pytest.fixture
+def processed(sender, community, cohort) -> dict[Outcome, list[int]]:
+    """Two attributed, three gated, one no-target and one pending signal."""
+    join(1, community, cohort)
+    leave_community_layer(user_id=2)
+    ids = {
+        Outcome.ATTRIBUTED: ingest(sender, sig(1), sig(1, item_id=2)),
+        Outcome.GATED: ingest(sender, sig(2), sig(2), sig(2)),
+        Outcome.NO_TARGET: ingest(sender, sig(3)),
+    }
+    process_signals(signal_ids=[i for group in ids.values() for i in group])
+    ids[Outcome.PENDING] = ingest(sender, sig(1))
+    return ids
+
+
+def summary_table(html: str) -> dict[str, tuple[int, ...]]:
+    start = html.index('id="outcome-summary"')
+    table = html[start : html.index("</table>", start)]
+    return {m[0]: tuple(map(int, m[1:])) for m in SUMMARY_ROW.findall(table)}
+
+
+def shown_ids(response: Any) -> list[int]:
+    return sorted(obj.pk for obj in response.context["cl"].result_list)
+
+
+def test_signal_changelist_shows_counts_by_outcome_with_the_gated(admin_client_, processed) -> None:
+    r = admin_client_.get(SIGNALS)
+    assert r.status_code == 200
+    # attributed, gated, no target, pending
+    assert summary_table(r.content.decode()) == {"Hour": (2, 3, 1, 1), "Day": (2, 3, 1, 1)}
+
+
+def test_signal_changelist_filters_by_outcome(admin_client_, processed) -> None:
+    r = admin_client_.get(SIGNALS, {"outcome__exact": Outcome.GATED})
+    assert r.status_code == 200
+    assert shown_ids(r) == processed[Outcome.GATED]
+
+
+def test_signal_changelist_searches_by_user_id(admin_client_, processed) -> None:
+    assert shown_ids(admin_client_.get(SIGNALS, {"q": "2"})) == processed[Outcome.GATED]
+    r = admin_client_.get(SIGNALS, {"q": "not a number"})
+    assert r.status_code == 200 and shown_ids(r) == []
+
+
+def test_signal_change_page_is_read_only(admin_client_, processed) -> None:
+    signal_id = processed[Outcome.GATED][0]
+    url = reverse("admin:signals_app_signal_change", args=[signal_id])
+    assert admin_client_.get(url).status_code == 200
+    r = admin_client_.post(url, {"outcome": Outcome.ATTRIBUTED, "weight": 9})
+    assert r.status_code == 403
+    assert Signal.objects.get(pk=signal_id).outcome == Outcome.GATED
+
+
+@pytest.mark.parametrize("model", [Signal, CommunityAggregate, CohortAggregate])
+def test_signals_and_aggregates_cannot_be_added_or_deleted(admin_client_, processed, model) -> None:
+    meta = model._meta
+    assert admin_client_.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_add")).status_code == 403
+    obj = model.objects.first()
+    delete = reverse(f"admin:{meta.app_label}_{meta.model_name}_delete", args=[obj.pk])
+    assert admin_client_.post(delete, {"post": "yes"}).status_code == 403
+    assert model.objects.filter(pk=obj.pk).exists()
+
+
+@pytest.mark.parametrize("model", [CommunityAggregate, CohortAggregate])
+def test_aggregate_changelists_list_the_rows(admin_client_, processed, model) -> None:
+    meta = model._meta
+    r = admin_client_.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+    assert r.status_code == 200
+    assert shown_ids(r) == sorted(model.objects.values_list("pk", flat=True))
+    assert len(shown_ids(r)) == 2
+
+
+def test_a_staff_member_without_view_signal_cannot_see_signals(db) -> None:
+    assert logged_in(UserFactory(is_staff=True)).get(SIGNALS).status_code == 403
+
+
+@pytest.mark.parametrize("model", [Community, Cohort])
+def test_group_admin_lists_and_searches_by_slug_and_name(admin_client_, model) -> None:
+    python = model.objects.create(slug="python", name="Snakes")
+    rust = model.objects.create(slug="rust", name="Crabs")
+    url = reverse(f"admin:community_{model._meta.model_name}_changelist")
+    assert shown_ids(admin_client_.get(url)) == sorted([python.pk, rust.pk])
+    assert shown_ids(admin_client_.get(url, {"q": "pyth"})) == [python.pk]
+    assert shown_ids(admin_client_.get(url, {"q": "crab"})) == [rust.pk]
+
+
+@pytest.mark.parametrize(("member_model", "group_model"), [(CommunityMember, Community), (CohortMember, Cohort)])
+def test_member_admin_searches_by_user_id(admin_client_, member_model, group_model) -> None:
+    one = group_model.objects.create(slug="one", name="One")
+    two = group_model.objects.create(slug="two", name="Two")
+    group_members_add(group=one, user_ids=[101, 1010, 2])
+    group_members_add(group=two, user_ids=[101])
+    url = reverse(f"admin:community_{member_model._meta.model_name}_changelist")
+    r = admin_client_.get(url, {"q": "101"})
+    assert r.status_code == 200
+    assert sorted(m.user_id for m in r.context["cl"].result_list) == [101, 101]
+    for term in ("10", "abc", "-101", str(2**63)):
+        r = admin_client_.get(url, {"q": term})
+        assert r.status_code == 200 and shown_ids(r) == [], term
