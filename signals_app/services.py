@@ -31,15 +31,36 @@ class IngestResult:
 
 
 def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
-    """Store validated signals as pending and, once committed, enqueue their processing.
+    """Store validated signals and, once committed, enqueue the pending ones for processing.
 
-    A signal whose idempotency key this sender used before is a duplicate: not stored again.
+    The gate is applied here too: a signal whose user has left when it is received is
+    stored as gated at once and never queued. Processing applies the gate again, so a
+    signal is gated when its user had left by the time it was received *or* processed:
+    one received while the user was left stays gated even if a rejoin commits before a
+    worker gets to it. A signal whose idempotency key this sender used before is a
+    duplicate: not stored again.
     """
-    rows = [(s.user_id, s.item_id, s.kind, s.weight, s.occurred_at, s.idempotency_key) for s in signals]
     with transaction.atomic():
-        ids = insert_signals(sender.pk, timezone.now(), rows)
-        transaction.on_commit(partial(_enqueue_after_commit, ids))
-    return IngestResult(accepted=len(ids), duplicates=len(rows) - len(ids), signal_ids=ids)
+        gate = CommunityLeave.objects.gate()
+        rows = [
+            (
+                s.user_id,
+                s.item_id,
+                s.kind,
+                s.weight,
+                s.occurred_at,
+                s.idempotency_key,
+                Outcome.GATED if gate.is_left(s.user_id) else Outcome.PENDING,
+            )
+            for s in signals
+        ]
+        inserted = insert_signals(sender.pk, timezone.now(), rows)
+        pending = [signal_id for signal_id, outcome in inserted if outcome == Outcome.PENDING]
+        if pending:
+            transaction.on_commit(partial(_enqueue_after_commit, pending))
+    return IngestResult(
+        accepted=len(inserted), duplicates=len(rows) - len(inserted), signal_ids=[i for i, _ in inserted]
+    )
 
 
 def enqueue_signal_processing(signal_ids: Sequence[int]) -> None:

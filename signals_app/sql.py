@@ -33,34 +33,40 @@ def _chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
-def insert_signals(sender_id: int, received_at: datetime, rows: Sequence[Sequence[Any]]) -> list[int]:
-    """Insert (user_id, item_id, kind, weight, occurred_at, idempotency_key) rows as pending.
+def insert_signals(sender_id: int, received_at: datetime, rows: Sequence[Sequence[Any]]) -> list[tuple[int, int]]:
+    """Insert (user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome) rows.
 
-    A row whose idempotency key the sender already used is skipped. Returns the new ids.
+    A row whose outcome is not pending is marked processed at ``received_at``. A row whose
+    idempotency key the sender already used is skipped. Returns (id, outcome) of new rows.
     """
     table = Signal._meta.db_table
-    columns = "sender_id, received_at, outcome, user_id, item_id, kind, weight, occurred_at, idempotency_key"
+    columns = (
+        "sender_id, received_at, processed_at, user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome"
+    )
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) "  # noqa: S608 - table and columns are ours
-                "SELECT %s, %s, 0, u.* FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::float8[],"
-                " %s::timestamptz[], %s::varchar[]) AS u "
-                "ON CONFLICT DO NOTHING RETURNING id",
-                [sender_id, received_at, *map(list, zip(*rows, strict=True))],
+                "SELECT %s, %s, CASE WHEN u.outcome = 0 THEN NULL ELSE %s::timestamptz END, u.* "
+                "FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::float8[], %s::timestamptz[],"
+                " %s::varchar[], %s::smallint[]) AS u(user_id, item_id, kind, weight, occurred_at, key, outcome) "
+                "ON CONFLICT DO NOTHING RETURNING id, outcome",
+                [sender_id, received_at, received_at, *map(list, zip(*rows, strict=True))],
             )
-            return [r[0] for r in cursor.fetchall()]
-        ids: list[int] = []
-        for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // 2):
-            values = ", ".join(["(%s, %s, 0, %s, %s, %s, %s, %s, %s)"] * len(chunk))
-            params = _sqlite_params([(sender_id, received_at, *row) for row in chunk])
+            return [(r[0], r[1]) for r in cursor.fetchall()]
+        inserted: list[tuple[int, int]] = []
+        for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // len(columns.split(","))):
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+            params = _sqlite_params(
+                [(sender_id, received_at, None if row[-1] == 0 else received_at, *row) for row in chunk]
+            )
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
-                "ON CONFLICT DO NOTHING RETURNING id",
+                "ON CONFLICT DO NOTHING RETURNING id, outcome",
                 params,
             )
-            ids.extend(r[0] for r in cursor.fetchall())
-        return ids
+            inserted.extend((r[0], r[1]) for r in cursor.fetchall())
+        return inserted
 
 
 def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], increments: Increments) -> None:

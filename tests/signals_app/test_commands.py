@@ -132,9 +132,13 @@ def test_requeue_command_with_nothing_pending_enqueues_nothing(db, enqueued) -> 
 
 def test_seed_demo_fills_data_once(db, enqueued) -> None:
     out = run("seed_demo", "--users", "40", "--signals", "120")
-    assert "demo data: 5 communities, 3 cohorts, 40 users (4 left), 120 signals queued" in out
+    assert "demo data: 5 communities, 3 cohorts, 40 users (4 left), 120 signals sent" in out
     assert (Community.objects.count(), Cohort.objects.count()) == (5, 3)
-    assert Signal.objects.filter(outcome=Outcome.PENDING).count() == 120
+    # Signals of the users who left are gated on receipt; the others wait for a worker.
+    left = set(CommunityLeave.objects.values_list("user_id", flat=True))
+    pending = Signal.objects.filter(outcome=Outcome.PENDING)
+    assert pending.count() + Signal.objects.filter(outcome=Outcome.GATED).count() == 120
+    assert not pending.filter(user_id__in=left).exists()
     assert CommunityLeave.objects.count() == 4
     state = (Signal.objects.count(), CommunityMember.objects.count(), CohortMember.objects.count())
     again = run("seed_demo", "--users", "40", "--signals", "120")

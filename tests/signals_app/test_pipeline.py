@@ -93,8 +93,8 @@ def test_a_left_user_is_gated_and_no_aggregate_changes(sender, community, cohort
     before = aggregates()
     leave_community_layer(user_id=USER)
     ids = ingest(sender, sig(USER), sig(USER, item_id=2))
-    report = process_signals(signal_ids=ids)
-    assert (report.gated, report.attributed) == (2, 0)
+    assert outcomes(ids) == [Outcome.GATED, Outcome.GATED]  # gated on receipt, never queued
+    assert process_signals(signal_ids=ids).processed == 0
     assert outcomes(ids) == [Outcome.GATED, Outcome.GATED]
     assert aggregates() == before
     assert Signal.objects.filter(pk__in=ids, processed_at__isnull=True).count() == 0
@@ -123,13 +123,15 @@ def test_leave_status_is_read_at_processing_not_at_ingest(sender, community) -> 
     assert aggregates()["community"] == []
 
 
-def test_a_signal_received_while_left_and_processed_after_rejoin_counts(sender, community) -> None:
+def test_a_signal_received_while_left_stays_gated_when_processed_after_rejoin(sender, community) -> None:
     join(USER, community)
+    before = aggregates()
     leave_community_layer(user_id=USER)
     ids = ingest(sender, sig(USER))
     rejoin_community_layer(user_id=USER)
     process_signals(signal_ids=ids)
-    assert outcomes(ids) == [Outcome.ATTRIBUTED]
+    assert outcomes(ids) == [Outcome.GATED]
+    assert aggregates() == before
 
 
 def test_a_leave_by_another_process_is_seen_by_a_warm_cache(sender, community) -> None:
@@ -274,8 +276,11 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
     Returns (queries, aggregate rows written per table).
     """
+    from community.services import bulk_leave_community_layer
+
     users = [first_user + i for i in range(size - 1)]
     ids = ingest(sender, *(sig(u, item_id=u) for u in users), sig(999_999))
+    bulk_leave_community_layer(user_ids=[u for u in users if u % 10 == 0])  # after receipt: gated when processed
     with CaptureQueriesContext(connection) as ctx:
         report = process_signals(signal_ids=ids)
     assert report.processed == size and report.gated > 0 and report.no_target == 1
@@ -283,12 +288,11 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
 
 def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohort) -> None:
-    from community.services import bulk_leave_community_layer, group_members_add
+    from community.services import group_members_add
 
     users = range(1000, 1600)
     group_members_add(group=community, user_ids=users)
     group_members_add(group=cohort, user_ids=users)
-    bulk_leave_community_layer(user_ids=[u for u in users if u % 10 == 0])
     CommunityLeave.objects.gate()  # warm, as a worker is before its first batch
     small, small_rows = _process_batch_queries(sender, 50, 1000)
     large, large_rows = _process_batch_queries(sender, 500, 1100)

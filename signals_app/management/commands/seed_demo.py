@@ -26,6 +26,6 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"demo data: {report.communities} communities, {report.cohorts} cohorts, {report.users} users "
-            f"({report.left} left), {report.signals} signals queued\n"
+            f"({report.left} left), {report.signals} signals sent\n"
             f"service account 'demo-service', API token: {report.token}"
         )
