@@ -279,3 +279,41 @@ def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> 
             added += change.changed
             already += change.unchanged
     return ImportReport(added=added, already=already, created=created)
+
+
+SERVICE_PERMISSIONS = (
+    "signals_app.add_signal",
+    "signals_app.view_signal",
+    "community.view_communityleave",
+    "community.change_communityleave",
+    "community.add_community",
+    "community.add_cohort",
+    "community.view_cohort",
+    "community.add_communitymember",
+    "community.delete_communitymember",
+    "community.add_cohortmember",
+    "community.delete_cohortmember",
+)
+
+
+def create_service_account(*, username: str, perms: Iterable[str]) -> str:
+    """Create or update a service account with exactly ``perms``; returns its API token."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+    from rest_framework.authtoken.models import Token
+
+    wanted = []
+    for label in perms:
+        app_label, _, codename = label.partition(".")
+        permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+        if permission is None:
+            raise ValueError(f"no permission {label!r}")
+        wanted.append(permission)
+    with transaction.atomic():
+        user, _ = get_user_model().objects.get_or_create(username=username)
+        group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
+        user.groups.add(group)
+        user.user_permissions.set(wanted)
+        token, _ = Token.objects.get_or_create(user=user)
+    return str(token.key)

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from community.services import SERVICE_PERMISSIONS, create_service_account
+
+
+class Command(BaseCommand):
+    help = (
+        "Create (or update) a service account: an account in the service-accounts group, with the "
+        "given permissions (default: what a signals service needs), and print its API token."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("username")
+        parser.add_argument(
+            "--perm",
+            action="append",
+            dest="perms",
+            metavar="APP_LABEL.CODENAME",
+            help=f"A permission to grant; repeat for more. Default: {', '.join(SERVICE_PERMISSIONS)}.",
+        )
+
+    def handle(self, *args: Any, username: str, perms: list[str] | None, **options: Any) -> None:
+        try:
+            token = create_service_account(username=username, perms=perms or list(SERVICE_PERMISSIONS))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(token)

@@ -1,0 +1,1 @@
+"""Reliability drills: a real deployment on loopback, driven over HTTP, with faults injected."""

@@ -1,0 +1,106 @@
+"""Independent checks: what the aggregates must be, computed from what the drill sent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from drills.client import Client
+from drills.deployment import Deployment
+
+Key = tuple[str, int, int, str, datetime]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One signal as the drill sent it."""
+
+    key: str
+    user_id: int
+    item_id: int
+    kind: str
+    weight: float
+    occurred_at: datetime
+    posted_at: float  # time.monotonic() just before the request carrying it was sent
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "user_id": self.user_id,
+            "item_id": self.item_id,
+            "kind": self.kind,
+            "weight": self.weight,
+            "occurred_at": self.occurred_at.isoformat(),
+            "idempotency_key": self.key,
+        }
+
+
+def expected_aggregates(
+    signals: Iterable[Sent], targets: dict[int, list[tuple[str, int]]]
+) -> dict[Key, tuple[int, float]]:
+    """(kind of target, target id, item, kind, hour) -> (count, weight sum) for ``signals``."""
+    totals: dict[Key, list[Any]] = {}
+    for s in signals:
+        hour = s.occurred_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        for table, target_id in targets.get(s.user_id, []):
+            total = totals.setdefault((table, target_id, s.item_id, s.kind, hour), [0, 0.0])
+            total[0] += 1
+            total[1] += s.weight
+    return {k: (v[0], round(v[1], 6)) for k, v in totals.items()}
+
+
+def actual_aggregates(dep: Deployment) -> dict[Key, tuple[int, float]]:
+    rows = dep.sql(
+        "SELECT 'community', community_id, item_id, kind, hour, count, weight_sum FROM signals_app_communityaggregate"
+        " UNION ALL "
+        "SELECT 'cohort', cohort_id, item_id, kind, hour, count, weight_sum FROM signals_app_cohortaggregate"
+    )
+    return {(r[0], r[1], r[2], r[3], r[4].astimezone(UTC)): (r[5], round(r[6], 6)) for r in rows}
+
+
+def outcomes(dep: Deployment) -> dict[str, int]:
+    """idempotency key -> outcome (0 pending, 1 attributed, 2 gated, 3 no target)."""
+    return dict(dep.sql("SELECT idempotency_key, outcome FROM signals_app_signal WHERE idempotency_key IS NOT NULL"))
+
+
+def wait_until_processed(dep: Deployment, *, timeout: float = 300) -> float:
+    """Wait for no pending signal; returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if dep.sql("SELECT count(*) FROM signals_app_signal WHERE outcome = 0")[0][0] == 0:
+                return time.monotonic() - started
+        except Exception:  # noqa: BLE001 - the database may be the thing a drill restarted
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"signals still pending after {timeout}s")
+
+
+def setup_targets(
+    dep: Deployment, client: Client, users: Iterable[int], *, communities: int = 2, cohorts: int = 1
+) -> dict[int, list[tuple[str, int]]]:
+    """Communities and cohorts made through the API, every user a member of each.
+
+    Returns user id -> [(kind of target, target id)], the memberships the checks expect.
+    """
+    user_ids = list(users)
+    made: list[tuple[str, str]] = []
+    for kind, prefix, count in (("community", "communities", communities), ("cohort", "cohorts", cohorts)):
+        for n in range(count):
+            slug = f"drill-{kind}-{n}"
+            status, body = client.request("POST", f"/api/{prefix}/", {"slug": slug, "name": slug})
+            assert status == 201, (status, body)
+            for start in range(0, len(user_ids), 1000):
+                chunk = {"user_ids": user_ids[start : start + 1000]}
+                status, body = client.request("POST", f"/api/{prefix}/{slug}/members/", chunk)
+                assert status == 200, (status, body)
+            made.append((kind, slug))
+    ids = {
+        (kind, slug): pk
+        for kind, table in (("community", "community_community"), ("cohort", "community_cohort"))
+        for pk, slug in dep.sql(f"SELECT id, slug FROM {table}")
+    }
+    targets = [(kind, ids[(kind, slug)]) for kind, slug in made]
+    return {u: list(targets) for u in user_ids}

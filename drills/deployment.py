@@ -1,0 +1,206 @@
+"""A real deployment on this machine, on loopback only, for the drills.
+
+PostgreSQL (a database of its own on the running server), Redis (a database number of its
+own), gunicorn with several workers, several Celery worker processes and Celery beat, all
+under the production settings. Everything it starts, it stops; the database is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+import redis
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+PG_SERVER = os.environ.get("DRILL_PG_SERVER", "postgres://127.0.0.1:5432")
+REDIS_SERVER = os.environ.get("DRILL_REDIS_SERVER", "redis://127.0.0.1:6379")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Deployment:
+    def __init__(
+        self,
+        *,
+        name: str = "tidal_drill",
+        web_workers: int = 2,
+        celery_workers: int = 2,
+        broker_db: int = 8,
+        sweep_after: int = 5,
+        sweep_every: float = 2.0,
+    ) -> None:
+        self.name = name
+        self.web_workers = web_workers
+        self.celery_workers = celery_workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.database_url = f"{PG_SERVER}/{name}"
+        self.broker_url = f"{REDIS_SERVER}/{broker_db}"
+        self.logs = PROJECT_DIR / "var" / "drills"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tidalproject.settings.production",
+            "SECRET_KEY": secrets.token_urlsafe(64),
+            "DATABASE_URL": self.database_url,
+            "CELERY_BROKER_URL": self.broker_url,
+            "CACHE_URL": f"{REDIS_SERVER}/{broker_db + 1}",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback
+            "SIGNAL_SWEEP_AFTER_SECONDS": str(sweep_after),
+            "SIGNAL_SWEEP_EVERY_SECONDS": str(sweep_every),
+            "THROTTLE_WRITE_RATE": "100000/minute",
+            "THROTTLE_SERVICE_WRITE_RATE": "1000000/minute",
+            "CONN_MAX_AGE": "0",
+            "PYTHONPATH": str(PROJECT_DIR),
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.token = ""
+
+    # --- life cycle -----------------------------------------------------------------------
+    def __enter__(self) -> Deployment:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self._drop_database()
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+        redis.Redis.from_url(self.broker_url).flushdb()
+        redis.Redis.from_url(self.env["CACHE_URL"]).flushdb()
+        self.manage("migrate", "--noinput")
+        self.token = self.manage("create_service_account", "drill-service").strip().splitlines()[-1]
+        self.start_web()
+        for index in range(self.celery_workers):
+            self.start_worker(index)
+        self.start_beat()
+        self.wait_until_up()
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            self.stop_process(name)
+        with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
+            self._drop_database()
+
+    def _drop_database(self) -> None:
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    # --- processes ------------------------------------------------------------------------
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=PROJECT_DIR, env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.logs / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            argv, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def start_web(self) -> None:
+        self._spawn(
+            "web",
+            [
+                PYTHON,
+                "-m",
+                "gunicorn",
+                "tidalproject.wsgi",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.web_workers),
+                "--timeout",
+                "60",
+                "--graceful-timeout",
+                "5",
+            ],
+        )
+
+    def start_worker(self, index: int) -> None:
+        self._spawn(
+            f"worker{index}",
+            [
+                PYTHON,
+                "-m",
+                "celery",
+                "-A",
+                "tidalproject",
+                "worker",
+                "--pool=prefork",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--hostname",
+                f"drill{index}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
+
+    def start_beat(self) -> None:
+        schedule = self.logs / "celerybeat-schedule"
+        self._spawn(
+            "beat",
+            [PYTHON, "-m", "celery", "-A", "tidalproject", "beat", "--loglevel=INFO", "--schedule", str(schedule)],
+        )
+
+    def signal_process(self, name: str, sig: int) -> None:
+        proc = self.procs[name]
+        os.killpg(proc.pid, sig)
+
+    def stop_process(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def wait_until_up(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/schema/", timeout=5) as response:  # loopback
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the web server did not answer in {timeout}s; see {self.logs}/web.log")
+
+    def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Read the deployment's database directly (for the drills' independent checks)."""
+        with psycopg.connect(self.database_url) as conn:
+            return conn.execute(query, params).fetchall()
