@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
+import threading
 import time
+import uuid
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drills.client import Client
@@ -104,3 +108,100 @@ def setup_targets(
     }
     targets = [(kind, ids[(kind, slug)]) for kind, slug in made]
     return {u: list(targets) for u in user_ids}
+
+
+class SignalLoad:
+    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
+
+    Every accepted signal is recorded with when its POST was sent and answered; other
+    answers are counted by status (0: no connection).
+    """
+
+    def __init__(
+        self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
+    ) -> None:
+        self.client = client
+        self.user_ids = user_ids
+        self.batch = batch
+        self.total = total
+        self.sent: list[Sent] = []
+        self.answered: dict[str, float] = {}
+        self.errors: Counter[int] = Counter()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._now = datetime.now(UTC).replace(microsecond=0)
+        self._threads = [threading.Thread(target=self._post, args=(i,), daemon=True) for i in range(threads)]
+
+    def __enter__(self) -> SignalLoad:
+        self.started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
+        self.seconds = time.monotonic() - self.started
+
+    def wait(self, timeout: float) -> None:
+        """Until ``total`` signals were accepted (or ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if self.total is not None and len(self.sent) >= self.total:
+                break
+            time.sleep(0.1)
+        self.stop()
+
+    def _post(self, seed: int) -> None:
+        rng = random.Random(seed)
+        while not self._stop.is_set():
+            if self.total is not None and len(self.sent) >= self.total:
+                return
+            posted_at = time.monotonic()
+            batch = [
+                Sent(
+                    key=uuid.uuid4().hex,
+                    user_id=rng.choice(self.user_ids),
+                    item_id=rng.randint(1, 20),
+                    kind=rng.choice(("like", "view", "share")),
+                    weight=rng.choice((1.0, 0.5, 2.0)),
+                    occurred_at=self._now - timedelta(minutes=rng.randint(0, 120)),
+                    posted_at=posted_at,
+                )
+                for _ in range(self.batch)
+            ]
+            status, _ = self.client.request("POST", "/api/signals/", {"signals": [s.body() for s in batch]})
+            answered_at = time.monotonic()
+            with self._lock:
+                if status == 202:
+                    self.sent.extend(batch)
+                    self.answered.update((s.key, answered_at) for s in batch)
+                else:
+                    self.errors[status] += 1
+            if status != 202:
+                time.sleep(0.2)  # back off while the service is degraded
+
+
+def check_nothing_lost(dep: Deployment, load: SignalLoad, targets: dict[int, list[tuple[str, int]]]) -> dict[str, Any]:
+    """Every accepted signal stored once and processed once: aggregates equal the expectation."""
+    stored = outcomes(dep)
+    missing = sum(1 for s in load.sent if s.key not in stored)
+    pending = sum(1 for s in load.sent if stored.get(s.key) == 0)
+    rows = dep.sql("SELECT count(*), count(DISTINCT idempotency_key) FROM signals_app_signal")[0]
+    expected = expected_aggregates(load.sent, targets)
+    actual = actual_aggregates(dep)
+    return {
+        "accepted": len(load.sent),
+        "stored": rows[0],
+        "missing": missing,
+        "duplicated": rows[0] - rows[1],
+        "pending": pending,
+        "aggregates_match": actual == expected,
+        "aggregate_rows": len(actual),
+        "counted": sum(v[0] for v in actual.values()),
+        "expected_counted": sum(v[0] for v in expected.values()),
+    }

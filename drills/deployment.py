@@ -54,7 +54,7 @@ class Deployment:
         self.url = f"http://127.0.0.1:{self.port}"
         self.database_url = f"{PG_SERVER}/{name}"
         self.broker_url = f"{REDIS_SERVER}/{broker_db}"
-        self.logs = PROJECT_DIR / "var" / "drills"
+        self.logs = PROJECT_DIR / "var" / "drills" / name
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tidalproject.settings.production",
@@ -72,6 +72,7 @@ class Deployment:
             "PYTHONPATH": str(PROJECT_DIR),
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.log_offsets: dict[str, int] = {}
         self.token = ""
 
     # --- life cycle -----------------------------------------------------------------------
@@ -121,7 +122,9 @@ class Deployment:
         return done.stdout
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.logs / f"{name}.log").open("ab")
+        path = self.logs / f"{name}.log"
+        self.log_offsets[name] = path.stat().st_size if path.exists() else 0
+        log = path.open("ab")
         self.procs[name] = subprocess.Popen(
             argv, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -172,6 +175,12 @@ class Deployment:
             [PYTHON, "-m", "celery", "-A", "tidalproject", "beat", "--loglevel=INFO", "--schedule", str(schedule)],
         )
 
+    def log_since_start(self, name: str) -> str:
+        """What the process ``name`` logged since it was last started."""
+        with (self.logs / f"{name}.log").open("rb") as log:
+            log.seek(self.log_offsets.get(name, 0))
+            return log.read().decode(errors="replace")
+
     def signal_process(self, name: str, sig: int) -> None:
         proc = self.procs[name]
         os.killpg(proc.pid, sig)
@@ -204,3 +213,50 @@ class Deployment:
         """Read the deployment's database directly (for the drills' independent checks)."""
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(query, params).fetchall()
+
+
+REDIS_START = [
+    "redis-server",
+    "--daemonize",
+    "yes",
+    "--bind",
+    "127.0.0.1",
+    "-::1",
+    "--port",
+    "6379",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--dir",
+    "/var/lib/redis",
+    "--logfile",
+    "/var/log/redis/ci.log",
+]
+
+
+def stop_redis() -> None:
+    """Stop the machine's Redis server (the drills' broker), keeping nothing."""
+    subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], capture_output=True, timeout=30, check=False)
+
+
+def start_redis(timeout: float = 30) -> None:
+    subprocess.run(REDIS_START, capture_output=True, timeout=30, check=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(redis.ConnectionError):
+            if redis.Redis.from_url(REDIS_SERVER).ping():
+                return
+        time.sleep(0.2)
+    raise RuntimeError("redis did not come back")
+
+
+def postgres_ctl(action: str) -> None:
+    """start, stop or restart the machine's PostgreSQL cluster."""
+    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )

@@ -16,12 +16,17 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 
-from drills.checks import Sent, actual_aggregates, expected_aggregates, outcomes, setup_targets, wait_until_processed
+from drills.checks import (
+    SignalLoad,
+    actual_aggregates,
+    expected_aggregates,
+    outcomes,
+    setup_targets,
+    wait_until_processed,
+)
 from drills.client import Client
 from drills.deployment import Deployment
 
@@ -51,7 +56,12 @@ class RaceResult:
 
     @property
     def passed(self) -> bool:
-        return self.violations == 0 and self.aggregates_match and self.outcomes.get("pending", 0) == 0
+        return (
+            self.violations == 0
+            and self.aggregates_match
+            and self.outcomes.get("pending", 0) == 0
+            and self.http_errors == 0
+        )
 
 
 def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, togglers: int = 3) -> RaceResult:
@@ -59,37 +69,10 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
     user_ids = list(range(10_000, 10_000 + users))
     targets = setup_targets(dep, client, user_ids)
     stop = threading.Event()
-    sent: list[Sent] = []
-    answers: dict[str, float] = {}
     windows: list[Window] = []
     errors = Counter[str]()
     lock = threading.Lock()
-    now = datetime.now(UTC).replace(microsecond=0)
-
-    def post_signals(seed: int) -> None:
-        rng = random.Random(seed)
-        while not stop.is_set():
-            posted_at = time.monotonic()
-            batch = [
-                Sent(
-                    key=uuid.uuid4().hex,
-                    user_id=rng.choice(user_ids),
-                    item_id=rng.randint(1, 20),
-                    kind=rng.choice(("like", "view", "share")),
-                    weight=rng.choice((1.0, 0.5, 2.0)),
-                    occurred_at=now - timedelta(minutes=rng.randint(0, 120)),
-                    posted_at=posted_at,
-                )
-                for _ in range(100)
-            ]
-            status, _ = client.request("POST", "/api/signals/", {"signals": [s.body() for s in batch]})
-            answered_at = time.monotonic()
-            with lock:
-                if status == 202:
-                    sent.extend(batch)
-                    answers.update((s.key, answered_at) for s in batch)
-                else:
-                    errors[f"signals {status}"] += 1
+    load = SignalLoad(client, user_ids, threads=posters)
 
     def toggle(own: list[int], seed: int) -> None:
         rng = random.Random(seed)
@@ -112,16 +95,16 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
             time.sleep(rng.uniform(0.0, 0.05))
 
     shares = [user_ids[i::togglers] for i in range(togglers)]
-    threads = [threading.Thread(target=post_signals, args=(i,)) for i in range(posters)]
-    threads += [threading.Thread(target=toggle, args=(shares[i], 100 + i)) for i in range(togglers)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    stop.wait(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(60)
-    elapsed = time.monotonic() - started
+    threads = [threading.Thread(target=toggle, args=(shares[i], 100 + i)) for i in range(togglers)]
+    with load:
+        for thread in threads:
+            thread.start()
+        stop.wait(seconds)
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    elapsed = load.seconds
+    sent = load.sent
     wait_until_processed(dep)
 
     by_user: dict[int, list[Window]] = {}
@@ -130,7 +113,7 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
     stored = outcomes(dep)
     must_be_gated = violations = 0
     for signal in sent:
-        answered = answers[signal.key]
+        answered = load.answered[signal.key]
         inside = any(
             w.left_answered <= signal.posted_at and answered < w.rejoin_sent for w in by_user.get(signal.user_id, [])
         )
@@ -149,7 +132,7 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
         violations=violations + sum(1 for s in sent if s.key not in stored),
         aggregates_match=actual_aggregates(dep) == expected_aggregates(attributed, targets),
         outcomes={"attributed": counts[ATTRIBUTED], "gated": counts[GATED], "pending": counts[0]},
-        http_errors=sum(errors.values()),
+        http_errors=sum(errors.values()) + sum(load.errors.values()),
     )
 
 

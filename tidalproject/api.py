@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
+from redis.exceptions import RedisError
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 from rest_framework.pagination import LimitOffsetPagination
@@ -17,6 +19,8 @@ from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from community.membership import MAX_USER_ID
+
+logger = logging.getLogger(__name__)
 
 USER_ID_RULE = "Must be an integer from 0 to 9223372036854775807."
 
@@ -77,7 +81,13 @@ class WriteRateThrottle(UserRateThrottle):
         self.scope = "service_write" if is_service_account(request.user) else "write"
         self.rate = self.get_rate()
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            return super().allow_request(request, view)
+        except (RedisError, OSError):
+            # The counters' cache is down: serve the request rather than fail it. A throttle
+            # protects capacity; it is not a promise worth an outage.
+            logger.warning("throttle cache unreachable; request let through", exc_info=True)
+            return True
 
 
 class ServiceUnavailable(APIException):
