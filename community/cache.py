@@ -91,6 +91,18 @@ class LeaveGate:
         self.generation = generation
 
 
+def _gated_query(using: str) -> Any:
+    """The ids the gate must hold: records that are LEFT or cannot be read."""
+    from .models import CommunityLeave
+
+    return (
+        CommunityLeave.objects.using(using)
+        .annotate(record_status=RecordStatus("value"))
+        .exclude(record_status=MembershipStatus.ACTIVE)
+        .values_list("user_id", flat=True)
+    )
+
+
 class LeaveCache:
     """The gated user ids of this process and the fence position they are valid at."""
 
@@ -113,6 +125,30 @@ class LeaveCache:
     @property
     def size(self) -> int:
         return len(self._gated)
+
+    def report(self, *, using: str = "default", compare: bool = False) -> dict[str, Any]:
+        """Sync, then describe this process's cache; with ``compare``, check it against the
+        records themselves (a full read of the gated ids: for operators and drills)."""
+        gate = self.sync(using)
+        state: dict[str, Any] = {
+            "pid": os.getpid(),
+            "version": gate.version,
+            "generation": gate.generation,
+            "size": self.size,
+            "warms": self.warms,
+            "syncs": self.syncs,
+            "feed_rows": self.feed_rows,
+            "last_warm_seconds": round(self.last_warm_seconds, 6),
+            "last_lag": self.last_lag,
+        }
+        if compare:
+            with self._lock:
+                held = set(self._gated)
+            stored = set(_gated_query(using))
+            state["matches_database"] = held == stored
+            state["only_in_cache"] = len(held - stored)
+            state["only_in_database"] = len(stored - held)
+        return state
 
     def reset(self) -> None:
         """Forget everything: the next sync re-warms."""
@@ -164,15 +200,8 @@ class LeaveCache:
     def _warm(self, using: str, version: int, generation: int) -> None:
         # The clock was read before the records, so every change after ``version`` is
         # either already in what we read or replayed (again, harmlessly) by the next sync.
-        from .models import CommunityLeave
-
         started = time.perf_counter()
-        query = (
-            CommunityLeave.objects.using(using)
-            .annotate(record_status=RecordStatus("value"))
-            .exclude(record_status=MembershipStatus.ACTIVE)
-            .values_list("user_id", flat=True)
-        )
+        query = _gated_query(using)
         # The queryset's SQL, read straight off the cursor in chunks: a million ids go into
         # the set without the ORM's per-row iteration and intermediate lists.
         sql, params = query.query.sql_with_params()

@@ -124,3 +124,18 @@ class TopItemSerializer(serializers.Serializer[Any]):
 
 class TopItemsSerializer(serializers.Serializer[Any]):
     results = TopItemSerializer(many=True)
+
+
+class LeaveCacheSerializer(serializers.Serializer[Any]):
+    pid = serializers.IntegerField()
+    version = serializers.IntegerField()
+    generation = serializers.IntegerField()
+    size = serializers.IntegerField(help_text="Users held as gated (left or corrupt).")
+    warms = serializers.IntegerField()
+    syncs = serializers.IntegerField()
+    feed_rows = serializers.IntegerField()
+    last_warm_seconds = serializers.FloatField()
+    last_lag = serializers.IntegerField(help_text="Changes behind at the last sync that found any.")
+    matches_database = serializers.BooleanField(required=False)
+    only_in_cache = serializers.IntegerField(required=False)
+    only_in_database = serializers.IntegerField(required=False)

@@ -10,11 +10,12 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import SAFE_METHODS, DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from signals_app.selectors import cohort_attribution, community_trending
 from tidalproject.api import UserIdField, WriteRateThrottle
 
-from .models import ChangeSource, Cohort, Community
+from .models import ChangeSource, Cohort, Community, CommunityLeave
 from .permissions import CHANGE_ANY, READ_ANY, ensure_may_act_on
 from .selectors import LayerStatus, community_layer_history, community_layer_status
 from .serializers import (
@@ -22,6 +23,7 @@ from .serializers import (
     BulkStatusSerializer,
     GroupSerializer,
     LayerStatusSerializer,
+    LeaveCacheSerializer,
     LeaveHistorySerializer,
     MembershipChangeSerializer,
     MembersSerializer,
@@ -220,3 +222,24 @@ class CohortViewSet(_GroupViewSet):
     @action(detail=True, methods=["get"])
     def attribution(self, request: Request, slug: str) -> Response:
         return self._top_items(request, lambda group, **window: cohort_attribution(cohort=group, **window))
+
+
+class LeaveCacheView(APIView):
+    """This web process's leave cache after a sync: its fence position, size and counters.
+
+    With ``?compare=1`` it is also checked against the records (a full read of the gated
+    ids). Needs the permission to read any user's leave record.
+    """
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("compare", bool, description="Also compare with the records.")],
+        responses=LeaveCacheSerializer,
+        summary="This process's leave cache",
+    )
+    def get(self, request: Request) -> Response:
+        if not request.user.has_perm(READ_ANY):
+            raise PermissionDenied(f"Reading the leave cache needs the {READ_ANY} permission.")
+        compare = request.query_params.get("compare", "") in ("1", "true", "yes")
+        return Response(CommunityLeave.objects.cache.report(compare=compare))

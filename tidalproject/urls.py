@@ -5,8 +5,9 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.routers import DefaultRouter
 from rest_framework.throttling import AnonRateThrottle
 
-from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet
+from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
 from signals_app.views import SignalIngestView, UserSignalsView
+from tidalproject.health import HealthView
 
 
 class TokenLoginThrottle(AnonRateThrottle):
@@ -26,6 +27,8 @@ router.register("cohorts", CohortViewSet, basename="cohort")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("health/", HealthView.as_view(), name="health"),
+    path("api/leave-cache/", LeaveCacheView.as_view(), name="leave-cache"),
     path("api/signals/", SignalIngestView.as_view(), name="signals"),
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
     path("api/", include(router.urls)),

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "health_check",
     "community",
     "signals_app",
 ]
@@ -145,6 +146,7 @@ SERVICE_ACCOUNT_GROUP = env.str("SERVICE_ACCOUNT_GROUP", default="service-accoun
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     _broker_dir.mkdir(parents=True, exist_ok=True)
