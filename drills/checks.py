@@ -205,3 +205,35 @@ def check_nothing_lost(dep: Deployment, load: SignalLoad, targets: dict[int, lis
         "counted": sum(v[0] for v in actual.values()),
         "expected_counted": sum(v[0] for v in expected.values()),
     }
+
+
+def web_caches(client: Client, *, samples: int = 12) -> dict[int, bool]:
+    """Each web process's cache checked against the records: pid -> matches.
+
+    Every request opens a new connection, so the samples spread over gunicorn's workers.
+    """
+    seen: dict[int, bool] = {}
+    for _ in range(samples):
+        status, body = client.request("GET", "/api/leave-cache/?compare=1")
+        if status == 200:
+            seen[body["pid"]] = seen.get(body["pid"], True) and body["matches_database"]
+    return seen
+
+
+def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> dict[str, bool]:
+    """Each Celery worker's cache checked against the records, from its own log: name -> matches."""
+    dep.manage(
+        "shell",
+        "-c",
+        f"from community.tasks import report_leave_cache\nfor _ in range({tasks}): report_leave_cache.delay()",
+    )
+    names = [n for n in dep.procs if n.startswith("worker")]
+    deadline = time.monotonic() + timeout
+    found: dict[str, bool] = {}
+    while time.monotonic() < deadline and len(found) < len(names):
+        for name in names:
+            reports = [line for line in dep.log_since_start(name).splitlines() if "leave cache report:" in line]
+            if reports:
+                found[name] = all("matches_database=True" in line for line in reports)
+        time.sleep(0.5)
+    return found

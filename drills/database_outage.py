@@ -1,0 +1,106 @@
+"""Drill 4: PostgreSQL goes down mid-run and comes back.
+
+While it is down the API answers 503 with a JSON body (never a 500 or a stack trace), the
+workers forward nothing they cannot confirm (the fence cannot be read, so nothing is
+processed) and retry. Afterwards every accepted signal is processed once, the signals of a
+user who left are all gated, and every process's cache equals the database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.checks import (
+    SignalLoad,
+    check_nothing_lost,
+    outcomes,
+    setup_targets,
+    wait_until_processed,
+    web_caches,
+    worker_caches,
+)
+from drills.client import Client
+from drills.deployment import Deployment, postgres_ctl
+
+GATED = 2
+
+
+@dataclass
+class OutageResult:
+    down_seconds: float
+    during_outage: dict[str, int] = field(default_factory=dict)
+    bodies_json_with_detail: bool = True
+    left_user_signals: int = 0
+    left_user_not_gated: int = 0
+    checks: dict[str, Any] = field(default_factory=dict)
+    web_caches: dict[int, bool] = field(default_factory=dict)
+    worker_caches: dict[str, bool] = field(default_factory=dict)
+    load_errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        c = self.checks
+        statuses = set(self.during_outage) | set(self.load_errors)
+        return bool(
+            c["aggregates_match"]
+            and not c["missing"]
+            and not c["duplicated"]
+            and not c["pending"]
+            and self.left_user_not_gated == 0
+            and self.bodies_json_with_detail
+            and "503" in self.during_outage
+            and not any(s.startswith("5") and s != "503" for s in statuses)
+            and self.web_caches
+            and all(self.web_caches.values())
+            and self.worker_caches
+            and all(self.worker_caches.values())
+        )
+
+
+def drill(dep: Deployment, *, full: bool) -> OutageResult:
+    client = Client(dep.url, dep.token)
+    users = list(range(50_000, 50_100))
+    targets = setup_targets(dep, client, users)
+    left_user = users[0]
+    status, _ = client.request("POST", f"/api/community-layer/{left_user}/leave/")
+    assert status == 200
+    down = 10.0 if full else 5.0
+    during: Counter[str] = Counter()
+    json_bodies = True
+    outsider = 99_000_000  # probes use a user with no memberships: whatever they do moves no aggregate
+    with SignalLoad(client, users, threads=2, batch=200) as load:
+        time.sleep(3)
+        outage = threading.Thread(target=lambda: (postgres_ctl("stop"), time.sleep(down), postgres_ctl("start")))
+        outage.start()
+        time.sleep(1.5)
+        while outage.is_alive():
+            for method, path, body in (
+                ("GET", f"/api/community-layer/{users[1]}/", None),
+                ("POST", "/api/signals/", {"signals": [{"user_id": outsider, "item_id": 1, "kind": "like"}]}),
+                ("POST", f"/api/community-layer/{outsider}/leave/", None),
+            ):
+                status, answer = client.request(method, path, body)
+                during[str(status)] += 1
+                if status == 503 and not (isinstance(answer, dict) and "detail" in answer):
+                    json_bodies = False
+            time.sleep(0.3)
+        outage.join()
+        time.sleep(3)  # load goes on after the database is back
+    wait_until_processed(dep, timeout=300)
+    stored = outcomes(dep)
+    left_signals = [s for s in load.sent if s.user_id == left_user]
+    checks = check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user})
+    return OutageResult(
+        down_seconds=down,
+        during_outage=dict(during),
+        bodies_json_with_detail=json_bodies,
+        left_user_signals=len(left_signals),
+        left_user_not_gated=sum(1 for s in left_signals if stored.get(s.key) != GATED),
+        checks=checks,
+        web_caches=web_caches(client),
+        worker_caches=worker_caches(dep),
+        load_errors={str(k): v for k, v in load.errors.items()},
+    )
