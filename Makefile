@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,6 +36,14 @@ test: lint
 
 bench: install
 	$(PY) bench/run.py
+
+# Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
+# that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.
+drills: install
+	$(PY) -m drills.run
+
+drills-full: install
+	$(PY) -m drills.run --full
 
 clean:
 	rm -rf $(VENV) var db.sqlite3 db_test.sqlite3 .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -191,7 +191,7 @@ def check_nothing_lost(dep: Deployment, load: SignalLoad, targets: dict[int, lis
     stored = outcomes(dep)
     missing = sum(1 for s in load.sent if s.key not in stored)
     pending = sum(1 for s in load.sent if stored.get(s.key) == 0)
-    rows = dep.sql("SELECT count(*), count(DISTINCT idempotency_key) FROM signals_app_signal")[0]
+    rows = dep.sql("SELECT count(idempotency_key), count(DISTINCT idempotency_key) FROM signals_app_signal")[0]
     expected = expected_aggregates(load.sent, targets)
     actual = actual_aggregates(dep)
     return {
