@@ -237,3 +237,26 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
                 found[name] = all("matches_database=True" in line for line in reports)
         time.sleep(0.5)
     return found
+
+
+@dataclass
+class LossResult:
+    """What a fault drill on the signal flow reports; it passes when nothing was lost or
+    counted twice and no request got a server error."""
+
+    signals_per_second: float
+    drain_seconds: float
+    checks: dict[str, Any]
+    http_errors: dict[str, int]
+
+    @property
+    def passed(self) -> bool:
+        c = self.checks
+        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
+        return bool(
+            c["aggregates_match"]
+            and not c["missing"]
+            and not c["duplicated"]
+            and not c["pending"]
+            and not server_errors
+        )

@@ -6,34 +6,17 @@ from __future__ import annotations
 
 import signal
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from drills.checks import SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
+from drills.checks import LossResult, SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
 from drills.client import Client
 from drills.deployment import Deployment
 
 
 @dataclass
-class CrashResult:
+class CrashResult(LossResult):
     kills: int
     killed_mid_batch: int
-    signals_per_second: float
-    drain_seconds: float
-    checks: dict[str, Any] = field(default_factory=dict)
-    http_errors: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        c = self.checks
-        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
-        return bool(
-            c["aggregates_match"]
-            and not c["missing"]
-            and not c["duplicated"]
-            and not c["pending"]
-            and not server_errors
-        )
 
 
 def _in_a_batch(dep: Deployment, name: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -98,9 +98,12 @@ def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def _add(
-    increments: Increments, target_ids: Iterable[int], item_id: int, kind: str, weight: float, at: datetime
-) -> None:
+def _credit(
+    increments: Increments, target_ids: Sequence[int], item_id: int, kind: str, weight: float, at: datetime
+) -> Outcome:
+    """Add the signal to each target's (hour, item, kind) increment."""
+    if not target_ids:
+        return Outcome.NO_TARGET
     hour = _hour(at)
     for target_id in target_ids:
         key = (target_id, hour, item_id, kind)
@@ -112,6 +115,7 @@ def _add(
             current[1] += weight
             if at > current[2]:
                 current[2] = at
+    return Outcome.ATTRIBUTED
 
 
 def try_cohort_attribution(
@@ -127,10 +131,7 @@ def try_cohort_attribution(
     """Credit the signal to every cohort of its user, unless the user has left."""
     if gate.is_left(user_id):
         return Outcome.GATED
-    if not cohort_ids:
-        return Outcome.NO_TARGET
-    _add(increments, cohort_ids, item_id, kind, weight, occurred_at)
-    return Outcome.ATTRIBUTED
+    return _credit(increments, cohort_ids, item_id, kind, weight, occurred_at)
 
 
 def try_community_forwarding(
@@ -146,10 +147,7 @@ def try_community_forwarding(
     """Forward the signal to every community of its user, unless the user has left."""
     if gate.is_left(user_id):
         return Outcome.GATED
-    if not community_ids:
-        return Outcome.NO_TARGET
-    _add(increments, community_ids, item_id, kind, weight, occurred_at)
-    return Outcome.ATTRIBUTED
+    return _credit(increments, community_ids, item_id, kind, weight, occurred_at)
 
 
 def _memberships(model: type[CommunityMember] | type[CohortMember], user_ids: set[int]) -> dict[int, list[int]]:

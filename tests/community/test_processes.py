@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,20 @@ from community.membership import MembershipStatus
 from community.models import CommunityLeave
 from community.services import leave_community_layer, rejoin_community_layer
 from tests.conftest import PROJECT_DIR, PYTHON, child_env
+from tests.processes import Worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def rebuild_leave_status() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "manage.py", "rebuild_leave_status"],
+        cwd=PROJECT_DIR,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 class Probe:
@@ -102,14 +113,7 @@ def test_rebuild_names_corrupt_rows_exits_non_zero_and_other_processes_rewarm(pr
     CommunityLeave.objects.create(user_id=66, value=b"\x05" * 9)  # outside the services: no feed row
     assert running.ask("gate 1 66")["left"] == [1]
 
-    done = subprocess.run(
-        [PYTHON, "manage.py", "rebuild_leave_status"],
-        cwd=PROJECT_DIR,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = rebuild_leave_status()
     assert done.returncode != 0
     assert "corrupt record: user_id=66" in done.stderr
     assert "records: 2  active: 0  left: 1  corrupt: 1" in done.stdout
@@ -120,14 +124,7 @@ def test_rebuild_names_corrupt_rows_exits_non_zero_and_other_processes_rewarm(pr
 
 def test_rebuild_exits_zero_on_clean_records() -> None:
     leave_community_layer(user_id=1)
-    done = subprocess.run(
-        [PYTHON, "manage.py", "rebuild_leave_status"],
-        cwd=PROJECT_DIR,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = rebuild_leave_status()
     assert done.returncode == 0, done.stderr
     assert "records: 1  active: 0  left: 1  corrupt: 0" in done.stdout
 
@@ -172,45 +169,11 @@ def test_migrate_works_on_an_empty_database_and_the_gate_then_answers(empty_data
     assert probe.ask("gate 1")["left"] == [1]
 
 
-def test_a_celery_worker_child_warms_its_cache_when_it_starts(tmp_path: Path) -> None:
+def test_a_celery_worker_child_warms_its_cache_when_it_starts() -> None:
     leave_community_layer(user_id=1)
-    env = child_env()
-    env.setdefault("CELERY_BROKER_URL", "filesystem://")
-    worker = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "celery",
-            "-A",
-            "tidalproject",
-            "worker",
-            "--pool=prefork",
-            "--concurrency=1",
-            "--loglevel=INFO",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            "--hostname",
-            f"warmtest-{uuid.uuid4().hex[:8]}@%h",
-        ],
-        cwd=PROJECT_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    seen: list[str] = []
+    worker = Worker(concurrency=1)
     try:
-        deadline = time.monotonic() + 60
-        assert worker.stdout is not None
-        while time.monotonic() < deadline:
-            line = worker.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            if "leave cache warmed" in line:
-                break
+        wait_for(lambda: any("leave cache warmed" in line for line in worker.lines), timeout=30, what="the warm")
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
-    assert any("leave cache warmed: 1 gated users" in line for line in seen), "".join(seen[-30:])
+        worker.stop()
+    assert any("leave cache warmed: 1 gated users" in line for line in worker.lines), "".join(worker.lines[-30:])
