@@ -151,7 +151,8 @@ class _GroupViewSet(viewsets.GenericViewSet[Any]):
     throttle_classes = [WriteRateThrottle]
     serializer_class = GroupSerializer
     lookup_field = "slug"
-    lookup_value_regex = r"[^/]+"
+    # A slug's own rule: anything else (a NUL byte, say) is a 404 before the database sees it.
+    lookup_value_regex = r"[a-z0-9][a-z0-9_-]{0,63}"
     read_perm: str | None = None
     member_perms: dict[str, str] = {}
 

@@ -49,3 +49,10 @@ class SignalOutSerializer(serializers.ModelSerializer[Signal]):
 
     def get_outcome(self, signal: Signal) -> str:
         return signal.get_outcome_display()
+
+
+class PaginatedSignalsSerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = SignalOutSerializer(many=True)

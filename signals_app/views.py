@@ -18,7 +18,7 @@ from community.views import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle
 
 from .selectors import user_recent_signals
-from .serializers import IngestResultSerializer, SignalBatchSerializer, SignalOutSerializer
+from .serializers import IngestResultSerializer, PaginatedSignalsSerializer, SignalBatchSerializer, SignalOutSerializer
 from .services import ingest_signals
 from .validation import parse_signal_batch
 
@@ -58,7 +58,11 @@ class UserSignalsView(GenericAPIView[Any]):
     permission_classes = [IsAuthenticated]
     serializer_class = SignalOutSerializer
 
-    @extend_schema(parameters=[USER_ID_PARAM, OpenApiParameter("limit", int)], summary="A user's recent signals")
+    @extend_schema(
+        parameters=[USER_ID_PARAM, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        responses=PaginatedSignalsSerializer,
+        summary="A user's recent signals",
+    )
     def get(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
         ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)

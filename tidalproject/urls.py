@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.routers import DefaultRouter
 from rest_framework.throttling import AnonRateThrottle
 
 from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
 from signals_app.views import SignalIngestView, UserSignalsView
 from tidalproject.health import HealthView
+from tidalproject.parsers import JSONParser
 
 
 class TokenLoginThrottle(AnonRateThrottle):
@@ -18,6 +20,7 @@ class ObtainToken(ObtainAuthToken):
     """POST username and password, get the account's API token."""
 
     throttle_classes = [TokenLoginThrottle]
+    parser_classes = [FormParser, MultiPartParser, JSONParser]
 
 
 router = DefaultRouter()

@@ -113,6 +113,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "tidalproject.api.Pagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "tidalproject.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {
         # Writes by ordinary accounts, per account.
@@ -137,6 +142,10 @@ SPECTACULAR_SETTINGS = {
     # The schema describes the API, not anyone's data: readable without an account.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # The docs page's assets are served by the project itself, not a CDN.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "tidalproject.schema.add_error_responses",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
