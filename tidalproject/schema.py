@@ -50,8 +50,9 @@ def add_error_responses(result: dict[str, Any], generator: Any, request: Any, pu
             wanted: dict[str, dict[str, Any]] = {}
             if operation.get("parameters") or operation.get("requestBody"):
                 wanted["400"] = _answer("A bad parameter or body: each field named with its rule.", "ValidationError")
+            # Even a public operation answers 401 to a credential it does not know.
+            wanted["401"] = _answer("No or an unknown credential.", "Error")
             if path not in PUBLIC:
-                wanted["401"] = _answer("No or an unknown credential.", "Error")
                 wanted["403"] = _answer("The account may not do this.", "Error")
             if "{" in path:
                 wanted["404"] = _answer("No such object.", "Error")
