@@ -29,6 +29,8 @@ from django.db import DatabaseError, NotSupportedError, OperationalError, connec
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 
+from tidalproject import metrics
+
 from .membership import MembershipStatus, deserialize_membership
 
 logger = logging.getLogger(__name__)
@@ -186,14 +188,21 @@ class LeaveCache:
             version, generation = clock
             if self._version is None or generation != self._generation:
                 self._warm(using, version, generation)
+                result = "warm"
             elif version != self._version:
                 self.last_lag = version - self._version
                 if self.last_lag > settings.LEAVE_CACHE_REWARM_AFTER:
                     self._warm(using, version, generation)
+                    result = "warm"
                 else:
                     self._apply_feed(using, version)
+                    result = "feed"
             else:
                 self.last_lag = 0
+                result = "unchanged"
+            metrics.FENCE_SYNCS.labels(result=result).inc()
+            if result != "unchanged":
+                metrics.CACHE_SIZE.set(len(self._gated))
             assert self._version is not None and self._generation is not None
             return LeaveGate(self._gated, self._version, self._generation)
 
@@ -216,6 +225,7 @@ class LeaveCache:
         self.warms += 1
         self.last_lag = 0
         self.last_warm_seconds = time.perf_counter() - started
+        metrics.CACHE_WARM_SECONDS.observe(self.last_warm_seconds)
         logger.info(
             "leave cache warmed: %d gated users at version %d generation %d in %.3fs",
             len(gated),

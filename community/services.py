@@ -8,16 +8,19 @@ writes the new record, and appends its history row keyed by the new version.
 from __future__ import annotations
 
 import csv
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from tqdm import tqdm
 
+from tidalproject import metrics
 from tidalproject.api import parse_user_id
 
 from .membership import (
@@ -39,6 +42,8 @@ from .models import (
     LeaveHistory,
     slug_validator,
 )
+
+logger = logging.getLogger(__name__)
 
 # What a change does to the current record (None where the stored value is corrupt);
 # returning the current record unchanged means "nothing to write".
@@ -95,6 +100,7 @@ def _change_community_layer(
                 unique_fields=["user_id"],
                 update_fields=["value"],
             )
+            transaction.on_commit(partial(_changed, action, source, changed, first_version))
             LeaveHistory.objects.bulk_create(
                 [
                     LeaveHistory(
@@ -110,6 +116,16 @@ def _change_community_layer(
                 ]
             )
     return results
+
+
+def _changed(action: ChangeAction, source: ChangeSource, changed: list[CommunityMembership], first: int) -> None:
+    metrics.LEAVE_CHANGES.labels(action=action.value, source=source.value).inc(len(changed))
+    for offset, record in enumerate(changed):
+        logger.info(
+            "community layer %s",
+            action.value,
+            extra={"user_id": record.user_id, "version": first + offset, "source": source.value},
+        )
 
 
 def leave_community_layer(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from community.cache import LeaveGate
 from community.models import CohortMember, CommunityLeave, CommunityMember
+from tidalproject import metrics
 
 from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from .sql import Increments, add_to_aggregates, insert_signals
@@ -58,9 +60,16 @@ def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
         pending = [signal_id for signal_id, outcome in inserted if outcome == Outcome.PENDING]
         if pending:
             transaction.on_commit(partial(_enqueue_after_commit, pending))
+        transaction.on_commit(partial(_ingested, len(inserted), len(inserted) - len(pending)))
     return IngestResult(
         accepted=len(inserted), duplicates=len(rows) - len(inserted), signal_ids=[i for i, _ in inserted]
     )
+
+
+def _ingested(accepted: int, gated: int) -> None:
+    metrics.SIGNALS_ACCEPTED.inc(accepted)
+    if gated:
+        metrics.SIGNALS_PROCESSED.labels(outcome="gated", stage="ingest").inc(gated)
 
 
 def enqueue_signal_processing(signal_ids: Sequence[int]) -> None:
@@ -166,12 +175,13 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
     the aggregates and marks each signal with its outcome. Signals already processed are
     not touched, so running it again on the same ids changes nothing.
     """
+    started = time.perf_counter()
     with transaction.atomic():
         rows = list(
             Signal.objects.select_for_update(skip_locked=True)
             .filter(id__in=signal_ids, outcome=Outcome.PENDING)
             .order_by("id")
-            .values_list("id", "user_id", "item_id", "kind", "weight", "occurred_at")
+            .values_list("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at")
         )
         if not rows:
             return BatchReport()
@@ -183,7 +193,7 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         community_increments: Increments = {}
         by_outcome: dict[Outcome, list[int]] = {Outcome.ATTRIBUTED: [], Outcome.GATED: [], Outcome.NO_TARGET: []}
         no_targets: Sequence[int] = ()
-        for signal_id, user_id, item_id, kind, weight, occurred_at in rows:
+        for signal_id, user_id, item_id, kind, weight, occurred_at, _ in rows:
             attributed = try_cohort_attribution(
                 gate, user_id, item_id, kind, weight, occurred_at, cohorts.get(user_id, no_targets), cohort_increments
             )
@@ -204,10 +214,30 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         for outcome, ids in by_outcome.items():
             if ids:
                 Signal.objects.filter(id__in=ids).update(outcome=outcome, processed_at=now)
-    return BatchReport(
-        attributed=len(by_outcome[Outcome.ATTRIBUTED]),
-        gated=len(by_outcome[Outcome.GATED]),
-        no_target=len(by_outcome[Outcome.NO_TARGET]),
+        report = BatchReport(
+            attributed=len(by_outcome[Outcome.ATTRIBUTED]),
+            gated=len(by_outcome[Outcome.GATED]),
+            no_target=len(by_outcome[Outcome.NO_TARGET]),
+        )
+        age = (now - min(row[6] for row in rows)).total_seconds()
+        transaction.on_commit(partial(_processed, report, time.perf_counter() - started, age))
+    return report
+
+
+def _processed(report: BatchReport, seconds: float, age: float) -> None:
+    for outcome in ("attributed", "gated", "no_target"):
+        if count := getattr(report, outcome):
+            metrics.SIGNALS_PROCESSED.labels(outcome=outcome, stage="worker").inc(count)
+    metrics.BATCH_SECONDS.observe(seconds)
+    metrics.SIGNAL_AGE_SECONDS.observe(age)
+    logger.info(
+        "signal batch processed",
+        extra={
+            "attributed": report.attributed,
+            "gated": report.gated,
+            "no_target": report.no_target,
+            "seconds": seconds,
+        },
     )
 
 

@@ -9,6 +9,7 @@ from rest_framework.throttling import AnonRateThrottle
 from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
 from signals_app.views import SignalIngestView, UserSignalsView
 from tidalproject.health import HealthView
+from tidalproject.metrics import metrics_view
 from tidalproject.parsers import JSONParser
 
 
@@ -31,6 +32,7 @@ router.register("cohorts", CohortViewSet, basename="cohort")
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", HealthView.as_view(), name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/leave-cache/", LeaveCacheView.as_view(), name="leave-cache"),
     path("api/signals/", SignalIngestView.as_view(), name="signals"),
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),

@@ -6,6 +6,7 @@ Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis or Rabbit
 """
 
 from pathlib import Path
+from typing import Any
 
 import django_stubs_ext
 import environ
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "tidalproject.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -177,17 +179,30 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery keeps the project's logging (JSON in production) instead of installing its own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Community layer --------------------------------------------------------------------
 # When a process is this many changes behind, it re-warms from the records instead of
 # replaying the change feed one row at a time.
 LEAVE_CACHE_REWARM_AFTER = env.int("LEAVE_CACHE_REWARM_AFTER", default=50_000)
 
-LOGGING = {
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")  # "json" in production
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "tidalproject.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [req=%(request_id)s task=%(task_id)s] %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(task_id)s %(process)d",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]},
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
 

@@ -3,9 +3,11 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import SECRET_KEY, env
+from .base import LOGGING, SECRET_KEY, env
 
 DEBUG = False
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+LOGGING["handlers"]["console"]["formatter"] = LOG_FORMAT
 if len(SECRET_KEY) < 50 or SECRET_KEY.startswith("dev-only"):
     raise ImproperlyConfigured("SECRET_KEY must be set to a random value of at least 50 characters in production")
 

@@ -1,0 +1,53 @@
+"""Prometheus metrics that add up across processes.
+
+With PROMETHEUS_MULTIPROC_DIR set (one directory per machine, emptied before the processes
+start), every gunicorn and Celery worker process writes its samples there and ``/metrics``
+on any web process of that machine serves them all, summed. Without it, each process serves
+its own (fine for the single-process development server).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+
+SIGNALS_ACCEPTED = Counter("tidal_signals_accepted", "Signals stored by the API (duplicates not counted).")
+SIGNALS_PROCESSED = Counter("tidal_signals_processed", "Signals given an outcome.", ["outcome", "stage"])
+LEAVE_CHANGES = Counter("tidal_leave_changes", "Leave records changed.", ["action", "source"])
+FENCE_SYNCS = Counter("tidal_leave_fence_syncs", "Leave fence syncs, by what they found.", ["result"])
+CACHE_WARM_SECONDS = Histogram(
+    "tidal_leave_cache_warm_seconds", "Time to warm a leave cache.", buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+)
+CACHE_SIZE = Gauge(
+    "tidal_leave_cache_size", "Users held as gated by a process's leave cache.", multiprocess_mode="liveall"
+)
+BATCH_SECONDS = Histogram(
+    "tidal_signal_batch_seconds",
+    "Time to process one batch of signals.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+SIGNAL_AGE_SECONDS = Histogram(
+    "tidal_signal_age_seconds",
+    "From a signal's receipt to its processing (the oldest of each batch).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    else:
+        registry = DEFAULT_REGISTRY
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
