@@ -130,23 +130,10 @@ class Deployment:
         )
 
     def start_web(self) -> None:
-        self._spawn(
-            "web",
-            [
-                PYTHON,
-                "-m",
-                "gunicorn",
-                "tidalproject.wsgi",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--workers",
-                str(self.web_workers),
-                "--timeout",
-                "60",
-                "--graceful-timeout",
-                "5",
-            ],
-        )
+        # The production web configuration, as deploy/systemd/tidal-web.service starts it.
+        self.env["BIND"] = f"127.0.0.1:{self.port}"
+        self.env["WEB_CONCURRENCY"] = str(self.web_workers)
+        self._spawn("web", [PYTHON, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", "tidalproject.wsgi"])
 
     def start_worker(self, index: int) -> None:
         self._spawn(
