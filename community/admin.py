@@ -1,17 +1,23 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import update_wrapper
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path
+from django.utils.html import format_html
 
 from tidalproject.api import parse_user_id
 
+from . import admin_views
 from .cache import CORRUPT
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import (
+    ChangeAction,
     ChangeSource,
     Cohort,
     CohortMember,
@@ -26,6 +32,11 @@ from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 
 _STATUS_LABELS = {MembershipStatus.ACTIVE: "active", MembershipStatus.LEFT: "left"}
+
+# The admin index gains a link to the operators' console (admin/community/site_index.html
+# extends the stock index). Set on the default site rather than a custom AdminSite, which
+# would mean changing the project's URLconf and INSTALLED_APPS.
+admin.site.index_template = "admin/community/site_index.html"
 
 
 def _decoded_status(obj: CommunityLeave | LeaveHistory) -> str:
@@ -94,10 +105,10 @@ class LeaveAddForm(forms.ModelForm[CommunityLeave]):
 
 @admin.register(CommunityLeave)
 class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
-    list_display = ["user_id", "status", "left_at", "raw_value"]
+    list_display = ["user_id", "status", "left_at", "raw_value", "user_page"]
     list_filter = [RecordStatusFilter]
     search_fields = ["user_id"]
-    readonly_fields = ["user_id", "status", "left_at", "raw_value"]
+    readonly_fields = ["user_id", "status", "left_at", "raw_value", "user_page"]
     actions = ["leave_selected", "rejoin_selected"]
     show_full_result_count = False
 
@@ -112,6 +123,37 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
     @admin.display(description="raw value (hex)")
     def raw_value(self, obj: CommunityLeave) -> str:
         return _hex(obj)
+
+    @admin.display(description="console")
+    def user_page(self, obj: CommunityLeave) -> str:
+        return format_html('<a href="{}">user page</a>', admin_views.user_page_url(obj.user_id))
+
+    def get_urls(self) -> list[URLPattern]:
+        """The operators' console (community/admin_views.py), before the model's own URLs."""
+
+        def wrap(view: Callable[..., HttpResponse], **defaults: Any) -> Callable[..., HttpResponse]:
+            def bound(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+                return view(request, *args, model_admin=self, **defaults, **kwargs)
+
+            return self.admin_site.admin_view(update_wrapper(bound, view))
+
+        return [
+            path("console/", wrap(admin_views.dashboard), name="community_console"),
+            path("console/find/", wrap(admin_views.find_user), name="community_console_find"),
+            path("console/bulk-leave/", wrap(admin_views.bulk_leave), name="community_console_bulk_leave"),
+            path("console/user/<str:user_id>/", wrap(admin_views.user_page), name="community_console_user"),
+            path(
+                "console/user/<str:user_id>/leave/",
+                wrap(admin_views.user_change, action=ChangeAction.LEAVE),
+                name="community_console_user_leave",
+            ),
+            path(
+                "console/user/<str:user_id>/rejoin/",
+                wrap(admin_views.user_change, action=ChangeAction.REJOIN),
+                name="community_console_user_rejoin",
+            ),
+            *super().get_urls(),
+        ]
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

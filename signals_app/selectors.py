@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from community.models import Cohort, Community
@@ -74,3 +75,40 @@ def outcome_summary(*, now: datetime | None = None) -> dict[str, dict[str, int]]
         counts["pending"] = Signal.objects.filter(outcome=Outcome.PENDING, received_at__gte=since).count()
         summary[label] = counts
     return summary
+
+
+class HourOutcomes(NamedTuple):
+    hour: datetime
+    counts: dict[str, int]  # by outcome label, every outcome present
+
+
+def outcomes_per_hour(*, hours: int = 24, now: datetime | None = None) -> list[HourOutcomes]:
+    """Signals by outcome per hour, oldest first, the current (partial) hour last.
+
+    As in ``outcome_summary``: processed signals count in the hour they were processed,
+    pending ones in the hour they were received. Two grouped queries, on the
+    (outcome, processed_at) index and the partial index of pending signals.
+    """
+    current = timezone.localtime(now or timezone.now()).replace(minute=0, second=0, microsecond=0)
+    first = current - timedelta(hours=hours - 1)
+    counts: dict[tuple[datetime, str], int] = {}
+    processed = (
+        Signal.objects.filter(outcome__gt=Outcome.PENDING, processed_at__gte=first)
+        .annotate(hour=TruncHour("processed_at"))
+        .values("hour", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in processed:
+        counts[row["hour"], Outcome(row["outcome"]).label] = row["n"]
+    pending = (
+        Signal.objects.filter(outcome=Outcome.PENDING, received_at__gte=first)
+        .annotate(hour=TruncHour("received_at"))
+        .values("hour")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in pending:
+        counts[row["hour"], Outcome.PENDING.label] = row["n"]
+    hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
+    return [HourOutcomes(hour, {o.label: counts.get((hour, o.label), 0) for o in Outcome}) for hour in hours_shown]

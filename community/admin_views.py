@@ -1,0 +1,398 @@
+"""The operators' console in the admin: a dashboard, one user's page, and bulk leave.
+
+Mounted by ``CommunityLeaveAdmin.get_urls`` under ``/admin/community/communityleave/console/``
+behind ``admin_site.admin_view`` (active staff, else the login page). Each view checks the
+model permission it needs (403 otherwise), reads through selectors and writes through the
+services only, so history and fence come with every change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.core.exceptions import PermissionDenied
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+
+from signals_app.models import Outcome
+from signals_app.selectors import outcomes_per_hour, user_recent_signals
+from tidalproject.api import parse_user_id
+
+from .membership import CommunityMembership, MembershipStatus
+from .models import ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
+from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
+from .serializers import _rfc3339
+from .services import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+
+LeaveAdmin = ModelAdmin[CommunityLeave]
+
+VIEW_SIGNALS = "signals_app.view_signal"
+HISTORY_SHOWN = 100
+SIGNALS_SHOWN = 50
+DAYS_SHOWN = 14
+HOURS_SHOWN = 24
+BULK_MAX_IDS = 10_000
+BULK_CHUNK = 1_000  # one service call (one transaction) per chunk
+BULK_MAX_FILE_BYTES = 1024 * 1024
+BAD_TOKENS_SHOWN = 20
+SAMPLE_SHOWN = 20
+
+URL_DASHBOARD = "admin:community_console"
+URL_USER = "admin:community_console_user"
+
+
+# --- shared ------------------------------------------------------------------------------
+
+
+def _require(request: HttpRequest, allowed: bool) -> None:
+    if not allowed:
+        raise PermissionDenied
+
+
+def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra: Any) -> dict[str, Any]:
+    return {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": title,
+        "may_change": model_admin.has_change_permission(request),
+        "may_view_signals": request.user.has_perm(VIEW_SIGNALS),
+        **extra,
+    }
+
+
+def _status_label(record: CommunityMembership | None) -> str:
+    if record is None:
+        return "corrupt"
+    return "left" if record.status == MembershipStatus.LEFT else "active"
+
+
+def _user_id_or_message(request: HttpRequest, raw: str) -> int | None:
+    """The id by the API's rule, or None after telling the operator what is wrong with it."""
+    try:
+        return parse_user_id(raw.strip())
+    except ValueError as exc:
+        shown = raw if len(raw) <= 40 else f"{raw[:40]}…"
+        messages.error(request, f"{shown!r} is not a user id: {exc}")
+        return None
+
+
+# --- the chart: server-side SVG geometry, no JavaScript, nothing from a CDN --------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    color: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    plot_left: int
+    plot_bottom: int
+    max_value: int
+    bars: list[Bar]
+    labels: list[tuple[float, str]]
+    legend: list[tuple[str, str]]
+
+
+def stacked_bar_chart(
+    columns: Sequence[tuple[str, Mapping[str, int]]],
+    series: Sequence[tuple[str, str]],
+    *,
+    label_every: int = 1,
+    width: int = 760,
+    height: int = 200,
+) -> Chart:
+    """One stacked bar a column, one colour a series; scaled to the largest column."""
+    left, bottom, top = 40, 20, 10
+    plot_height = height - bottom - top
+    slot = (width - left) / max(len(columns), 1)
+    max_value = max((sum(values.values()) for _, values in columns), default=0)
+    scale = plot_height / max_value if max_value else 0.0
+    bars: list[Bar] = []
+    labels: list[tuple[float, str]] = []
+    for index, (label, values) in enumerate(columns):
+        x = left + index * slot
+        y = float(height - bottom)
+        for key, color in series:
+            value = values.get(key, 0)
+            if value:
+                bar_height = value * scale
+                y -= bar_height
+                geometry = (round(x + 1, 1), round(y, 1), round(slot - 2, 1), round(bar_height, 1))
+                bars.append(Bar(*geometry, color=color, title=f"{label}: {value} {key}"))
+        if index % label_every == 0:
+            labels.append((round(x + slot / 2, 1), label))
+    return Chart(width, height, left, height - bottom, max_value, bars, labels, list(series))
+
+
+OUTCOME_COLORS = [
+    (Outcome.ATTRIBUTED.label, "#3a7d44"),
+    (Outcome.GATED.label, "#d9822b"),
+    (Outcome.NO_TARGET.label, "#8a8a8a"),
+    (Outcome.PENDING.label, "#417690"),
+]
+CHANGE_COLORS = [("leaves", "#ba2121"), ("rejoins", "#3a7d44")]
+
+
+# --- dashboard ---------------------------------------------------------------------------
+
+
+def dashboard(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
+    _require(request, model_admin.has_view_permission(request))
+    per_day = leave_changes_per_day(days=DAYS_SHOWN)
+    context = _context(
+        request,
+        model_admin,
+        "Community layer: operator console",
+        counts=leave_record_counts(),
+        per_day=per_day,
+        per_day_chart=stacked_bar_chart(
+            [(f"{d.day:%m-%d}", {"leaves": d.leaves, "rejoins": d.rejoins}) for d in per_day], CHANGE_COLORS
+        ),
+        time_zone=timezone.get_current_timezone_name(),
+    )
+    if context["may_view_signals"]:
+        per_hour = outcomes_per_hour(hours=HOURS_SHOWN)
+        context["per_hour"] = per_hour
+        context["per_hour_chart"] = stacked_bar_chart(
+            [(f"{h.hour:%H}h", h.counts) for h in per_hour], OUTCOME_COLORS, label_every=3
+        )
+        context["outcome_labels"] = [label for label, _ in OUTCOME_COLORS]
+    return TemplateResponse(request, "admin/community/console/dashboard.html", context)
+
+
+def find_user(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
+    """The dashboard's search box: to the user's page, or back with a message."""
+    _require(request, model_admin.has_view_permission(request))
+    user_id = _user_id_or_message(request, request.GET.get("user_id", ""))
+    if user_id is None:
+        return redirect(URL_DASHBOARD)
+    return redirect(URL_USER, user_id=user_id)
+
+
+# --- one user ----------------------------------------------------------------------------
+
+
+def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
+    return [
+        {
+            "version": entry.version,
+            "action": entry.action,
+            "status": _status_label(entry.membership),
+            "left_at": _left_at(entry.membership),
+            "actor": entry.actor_label or "-",
+            "source": entry.get_source_display(),
+            "at": entry.at,
+        }
+        for entry in entries
+    ]
+
+
+def _left_at(record: CommunityMembership | None) -> str:
+    if record is None:
+        return "unreadable"
+    return _rfc3339(record.left_at_ns) or "-"
+
+
+def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) -> HttpResponse:
+    _require(request, model_admin.has_view_permission(request))
+    uid = _user_id_or_message(request, user_id)
+    if uid is None:
+        return redirect(URL_DASHBOARD)
+    stored = community_layer_record(user_id=uid)
+    record = stored.status.membership
+    history = community_layer_history(user_id=uid)
+    context = _context(
+        request,
+        model_admin,
+        f"User {uid}",
+        user_id=uid,
+        status="corrupt" if stored.status.corrupt else _status_label(record),
+        corrupt=stored.status.corrupt,
+        left_at=_rfc3339(record.left_at_ns) or "-",
+        raw=stored.raw.hex(" ") if stored.raw is not None else None,
+        history=_history_rows(history[:HISTORY_SHOWN]),
+        history_total=history.count(),
+        history_shown=HISTORY_SHOWN,
+    )
+    if context["may_view_signals"]:
+        context["signals"] = list(user_recent_signals(user_id=uid)[:SIGNALS_SHOWN])
+        context["signals_shown"] = SIGNALS_SHOWN
+    return TemplateResponse(request, "admin/community/console/user.html", context)
+
+
+_CHANGES: dict[str, Callable[..., CommunityMembership]] = {
+    ChangeAction.LEAVE: leave_community_layer,
+    ChangeAction.REJOIN: rejoin_community_layer,
+}
+
+
+def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, model_admin: LeaveAdmin) -> HttpResponse:
+    """GET: what will happen, with a confirm button. POST: do it through the service."""
+    _require(request, model_admin.has_change_permission(request))
+    uid = _user_id_or_message(request, user_id)
+    if uid is None:
+        return redirect(URL_DASHBOARD)
+    if request.method == "POST":
+        record = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
+        messages.success(request, f"User {uid} is now {_status_label(record)}.")
+        return redirect(URL_USER, user_id=uid)
+    stored = community_layer_record(user_id=uid)
+    status = "corrupt" if stored.status.corrupt else _status_label(stored.status.membership)
+    context = _context(
+        request, model_admin, f"Make user {uid} {action.value}?", user_id=uid, action=action.value, status=status
+    )
+    return TemplateResponse(request, "admin/community/console/user_change.html", context)
+
+
+# --- bulk leave --------------------------------------------------------------------------
+
+_SEPARATORS = re.compile(r"[\s,;]+")
+
+
+@dataclass(frozen=True)
+class BadToken:
+    source: str
+    position: int
+    token: str
+    problem: str
+
+    def __str__(self) -> str:
+        shown = self.token if len(self.token) <= 40 else f"{self.token[:40]}…"
+        return f"{shown!r} ({self.source}, item {self.position}): {self.problem}"
+
+
+def parse_id_list(text: str, *, source: str) -> tuple[list[int], list[BadToken]]:
+    """Ids separated by whitespace, commas or semicolons, by the API's id rule.
+
+    Surrounding double quotes are dropped (spreadsheet CSV) and a first item ``user_id``
+    is taken for a CSV header. Duplicates count once.
+    """
+    tokens = [token.strip('"') for token in _SEPARATORS.split(text) if token]
+    if tokens and tokens[0].lower() == "user_id":
+        tokens = tokens[1:]
+    ids: dict[int, None] = {}
+    bad: list[BadToken] = []
+    for position, token in enumerate(tokens, start=1):
+        try:
+            ids[parse_user_id(token)] = None
+        except ValueError as exc:
+            bad.append(BadToken(source, position, token, str(exc)))
+    return list(ids), bad
+
+
+class BulkLeaveForm(forms.Form):
+    user_ids = forms.CharField(
+        label="User ids",
+        required=False,
+        strip=False,
+        max_length=2 * BULK_MAX_FILE_BYTES,
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 60, "placeholder": "12, 13, 14 …"}),
+        help_text="Separated by spaces, commas or new lines.",
+    )
+    file = forms.FileField(
+        label="or a file",
+        required=False,
+        help_text=f"Plain text or CSV (UTF-8), at most {BULK_MAX_FILE_BYTES // 1024} KiB; a header user_id is skipped.",
+    )
+
+    def clean_file(self) -> str:
+        upload = self.cleaned_data.get("file")
+        if not upload:
+            return ""
+        if upload.size is not None and upload.size > BULK_MAX_FILE_BYTES:
+            raise forms.ValidationError(f"The file is larger than {BULK_MAX_FILE_BYTES // 1024} KiB.")
+        try:
+            return str(upload.read().decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            raise forms.ValidationError("The file is not UTF-8 text.") from None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        ids: dict[int, None] = {}
+        bad: list[BadToken] = []
+        for source, text in (("pasted", cleaned.get("user_ids", "")), ("file", cleaned.get("file", ""))):
+            source_ids, source_bad = parse_id_list(text, source=source)
+            ids.update(dict.fromkeys(source_ids))
+            bad.extend(source_bad)
+        if bad:
+            errors = [f"Not a user id: {token}" for token in bad[:BAD_TOKENS_SHOWN]]
+            if len(bad) > BAD_TOKENS_SHOWN:
+                errors.append(f"… and {len(bad) - BAD_TOKENS_SHOWN} more bad items.")
+            raise forms.ValidationError(errors)
+        if not ids:
+            raise forms.ValidationError("Paste or upload at least one user id.")
+        if len(ids) > BULK_MAX_IDS:
+            raise forms.ValidationError(
+                f"{len(ids):,} distinct ids: at most {BULK_MAX_IDS:,} at a time. Split the list and submit it in parts."
+            )
+        cleaned["ids"] = list(ids)
+        return cleaned
+
+
+def _bulk_leave_in_chunks(request: HttpRequest, ids: list[int]) -> int:
+    """Chunks of BULK_CHUNK, each one service call in its own transaction; returns how many
+    ids were written before a database error (re-running is safe: leaving is idempotent)."""
+    done = 0
+    for start in range(0, len(ids), BULK_CHUNK):
+        chunk = ids[start : start + BULK_CHUNK]
+        try:
+            bulk_leave_community_layer(user_ids=chunk, actor=request.user, source=ChangeSource.ADMIN)
+        except DatabaseError:
+            return done
+        done += len(chunk)
+    return done
+
+
+def bulk_leave(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
+    """Step 1 checks the list and shows a confirmation page (nothing written);
+    step 2 (the confirm button, the checked ids carried in a hidden field) makes them leave."""
+    _require(request, model_admin.has_change_permission(request))
+    form = BulkLeaveForm(request.POST, request.FILES) if request.method == "POST" else BulkLeaveForm()
+    title = "Bulk leave"
+    template = "admin/community/console/bulk_leave.html"
+    if not form.is_valid():
+        return TemplateResponse(request, template, _context(request, model_admin, title, form=form, max=BULK_MAX_IDS))
+    ids: list[int] = form.cleaned_data["ids"]
+    if "confirm" in request.POST:
+        done = _bulk_leave_in_chunks(request, ids)
+        if done == len(ids):
+            messages.success(request, f"{done:,} user(s) are now left (source: admin).")
+            return redirect(URL_DASHBOARD)
+        messages.error(
+            request,
+            f"The database failed after {done:,} of {len(ids):,} ids; those are written. "
+            "Confirm again to finish: users already left are left unchanged.",
+        )
+    confirm = _context(
+        request,
+        model_admin,
+        "Bulk leave: confirm",
+        count=len(ids),
+        sample=ids[:SAMPLE_SHOWN],
+        carried=" ".join(map(str, ids)),
+    )
+    return TemplateResponse(request, "admin/community/console/bulk_leave_confirm.html", confirm)
+
+
+def user_page_url(user_id: int) -> str:
+    return reverse(URL_USER, kwargs={"user_id": user_id})
