@@ -19,7 +19,7 @@ from community.models import CohortMember, CommunityLeave, CommunityMember
 from tidalproject import metrics
 
 from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
-from .sql import Increments, add_to_aggregates, insert_signals
+from .sql import Increments, add_to_aggregates, insert_signals, mark_outcomes
 from .validation import SignalIn
 
 logger = logging.getLogger(__name__)
@@ -211,9 +211,7 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         add_to_aggregates(CohortAggregate, cohort_increments)
         add_to_aggregates(CommunityAggregate, community_increments)
         now = timezone.now()
-        for outcome, ids in by_outcome.items():
-            if ids:
-                Signal.objects.filter(id__in=ids).update(outcome=outcome, processed_at=now)
+        mark_outcomes({int(outcome): ids for outcome, ids in by_outcome.items()}, now)
         report = BatchReport(
             attributed=len(by_outcome[Outcome.ATTRIBUTED]),
             gated=len(by_outcome[Outcome.GATED]),

@@ -179,6 +179,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Keep a worker's database connection across tasks instead of opening one per task (Celery's
+# Django fixup closes it after every task unless this is set); the task itself drops one
+# that broke, as Django does at the start of a request (close_old_connections).
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 # Celery keeps the project's logging (JSON in production) instead of installing its own.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
