@@ -7,7 +7,7 @@ enqueues on commit, which a django_db test never reaches unless it asks for it.
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -376,3 +376,13 @@ def test_outcome_summary_counts_by_outcome_for_the_last_hour_and_day(sender, com
         "last_hour": {"attributed": 2, "gated": 1, "no_target": 1, "pending": 1},
         "last_day": {"attributed": 2, "gated": 2, "no_target": 1, "pending": 1},
     }
+
+
+def test_array_literals_refuse_words_that_would_need_quoting() -> None:
+    from signals_app.sql import _micros, _words
+
+    assert _words(["like", "view_2"]) == "{like,view_2}"
+    with pytest.raises(ValueError, match="quoting"):
+        _words(["like", 'a",b'])
+    moment = datetime(2026, 11, 30, 12, 34, 56, 789012, tzinfo=UTC)
+    assert datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=_micros(moment)) == moment
