@@ -96,7 +96,10 @@ class LeaveHistory(models.Model):
         verbose_name = "leave history entry"
         verbose_name_plural = "leave history"
         ordering = ["-version"]
-        indexes = [models.Index(fields=["user_id", "-version"], name="leave_history_user")]
+        indexes = [
+            models.Index(fields=["user_id", "-version"], name="leave_history_user"),
+            models.Index(fields=["at"], name="leave_history_at"),  # the console's per-day counts
+        ]
 
     def __str__(self) -> str:
         return f"v{self.version} user {self.user_id} {self.action}"
