@@ -13,6 +13,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 install: $(VENV)/.installed
+	@test -x /usr/bin/chromium || echo "note: the browser tests (tests/browser) need Debian's chromium and fail" \
+	  "without it: apt-get install chromium (.ci/run installs it). Never 'playwright install'."
 
 run: install
 	DEBUG=1 $(PY) manage.py migrate --noinput
@@ -34,8 +36,10 @@ lint: install
 test: lint
 	pytest
 
+# The leave cache's suite, then the pipeline's; both run even when the first misses a budget,
+# and the target fails when either does.
 bench: install
-	$(PY) bench/run.py
+	$(PY) bench/run.py; status=$$?; $(PY) bench/pipeline.py || status=1; exit $$status
 
 # Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
 # that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.

@@ -75,13 +75,14 @@ def markdown_table(rows: Sequence[Row]) -> str:
     return "\n".join([line(_HEADER), line(aligns), *(line(row.cells()) for row in rows)])
 
 
-def write_section(path: Path, section: str) -> None:
-    """Put ``section`` between the result markers of ``path``, creating the file or markers if missing."""
+def write_section(path: Path, section: str, *, start: str = START, end: str = END) -> None:
+    """Put ``section`` between the markers ``start`` and ``end`` of ``path`` (by default the leave
+    cache's), creating the file or the markers if missing."""
     text = path.read_text() if path.exists() else _NEW_FILE
-    block = f"{START}\n{section.strip()}\n{END}"
-    if START in text and END in text and text.index(START) < text.index(END):
-        before, rest = text.split(START, 1)
-        after = rest.split(END, 1)[1]
+    block = f"{start}\n{section.strip()}\n{end}"
+    if start in text and end in text and text.index(start) < text.index(end):
+        before, rest = text.split(start, 1)
+        after = rest.split(end, 1)[1]
         text = before + block + after
     else:
         text = text.rstrip() + "\n\n" + block + "\n"

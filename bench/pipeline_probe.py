@@ -1,0 +1,181 @@
+"""Instruments of the pipeline benchmark's budget 2, used in the benchmark's own process.
+
+The product's code is not changed: its functions are wrapped for the time of a measurement
+(gate() on the manager instance, SQL through Django's execute_wrapper, the commit on the
+connection object) and put back afterwards.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from django.db import connections
+
+from community.models import CommunityLeave
+from signals_app import services
+from signals_app.services import process_signals
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def top_functions(profiler: cProfile.Profile, count: int) -> str:
+    """The functions that took most time of their own, then the project's by cumulative time.
+
+    Paths are shown relative to the project folder (site-packages relative to the environment).
+    """
+
+    def listing(sort: pstats.SortKey, *restrictions: Any) -> list[str]:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(*restrictions)
+        lines = out.getvalue().splitlines()
+        start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+        return [line for line in lines[start:] if line.strip()]
+
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).print_stats(0)
+    total = next((line.strip() for line in out.getvalue().splitlines() if "function calls" in line), "")
+    own = listing(pstats.SortKey.TIME, count)
+    project = listing(pstats.SortKey.CUMULATIVE, rf"{re.escape(str(PROJECT_DIR))}/(signals_app|community)/", count)
+    text = "\n".join([total, "", "By own time:", *own, "", "The project's functions by cumulative time:", *project])
+    text = re.sub(r"[^ ]*/site-packages/", "", text.replace(f"{PROJECT_DIR}/", ""))
+    return re.sub(r" at 0x[0-9a-f]+", "", text)  # addresses change from run to run
+
+
+class Probe:
+    """Times process_signals per batch, gate() inside it, each SQL statement, and the commit.
+
+    gate() is wrapped on the manager instance, SQL through Django's execute_wrapper, the
+    commit on the connection object: one clock pair per call, a few per batch.
+    """
+
+    STATEMENTS = (
+        ("lock pending rows (SELECT … FOR UPDATE SKIP LOCKED)", "FOR UPDATE"),
+        ("memberships (SELECT)", "_cohortmember"),
+        ("memberships (SELECT)", "_communitymember"),
+        ("upsert aggregates (INSERT … ON CONFLICT)", "INSERT INTO"),
+        ("mark outcomes (UPDATE)", "UPDATE"),
+    )
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.gate = 0.0
+        self.commit = 0.0
+        self.sql: Counter[str] = Counter()
+        self.statements: Counter[str] = Counter()
+        self.processed = 0
+        self.batches = 0
+
+    def classify(self, sql: str) -> str:
+        if "leaveclock" in sql:
+            return "fence"  # inside gate(), which is timed as a whole
+        for name, marker in self.STATEMENTS:
+            if marker in sql:
+                return name
+        return "other SQL"
+
+    def execute(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            elapsed = time.perf_counter() - started
+            name = self.classify(sql)
+            self.statements[name] += 1
+            if name != "fence":
+                self.sql[name] += elapsed
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        manager = CommunityLeave.objects
+        original_gate = manager.gate
+        db = connections["default"]
+        original_commit = db._commit
+
+        def timed_gate(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original_gate(*args, **kwargs)
+            finally:
+                self.gate += time.perf_counter() - started
+
+        def timed_commit() -> Any:
+            started = time.perf_counter()
+            try:
+                return original_commit()
+            finally:
+                self.commit += time.perf_counter() - started
+
+        manager.gate = timed_gate  # type: ignore[method-assign]
+        db._commit = timed_commit  # type: ignore[method-assign]
+        try:
+            with db.execute_wrapper(self.execute):
+                yield
+        finally:
+            del manager.gate
+            del db._commit
+
+    def batch(self, ids: list[int]) -> None:
+        started = time.perf_counter()
+        report = process_signals(signal_ids=ids)
+        self.total += time.perf_counter() - started
+        self.processed += report.processed
+        self.batches += 1
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds by phase; a statement's name says how many of it a batch runs."""
+
+        def each(name: str) -> str:
+            return f"{name}, {self.statements[name] / max(self.batches, 1):g} a batch"
+
+        phases = {"gate() (the fence read, one query)": self.gate}
+        phases |= {each(name): seconds for name, seconds in self.sql.items()}
+        phases["COMMIT"] = self.commit
+        phases["Python (the rest: ORM, the two gated steps, building the rows)"] = self.total - sum(phases.values())
+        return phases
+
+
+class CountingGate:
+    """Wraps gate() so that the gate it returns counts its is_left calls (for the cProfile pass)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @classmethod
+    def install(cls) -> CountingGate:
+        counting = cls()
+        manager = CommunityLeave.objects
+        original = manager.gate
+
+        def gate(*args: Any, **kwargs: Any) -> Any:
+            return _Counted(original(*args, **kwargs), counting)
+
+        manager.gate = gate  # type: ignore[method-assign]
+        return counting
+
+    def uninstall(self) -> None:
+        del CommunityLeave.objects.gate
+
+
+class _Counted:
+    __slots__ = ("_counting", "_gate")
+
+    def __init__(self, gate: Any, counting: CountingGate) -> None:
+        self._gate = gate
+        self._counting = counting
+
+    def is_left(self, user_id: int) -> bool:
+        self._counting.calls += 1
+        left: bool = self._gate.is_left(user_id)
+        return left
+
+
+assert services.CommunityLeave is CommunityLeave  # the wrappers above reach what services calls
