@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install run test lint bench drills drills-full clean
+.PHONY: install chromium run test lint bench drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,8 +13,18 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 install: $(VENV)/.installed
-	@test -x /usr/bin/chromium || echo "note: the browser tests (tests/browser) need Debian's chromium and fail" \
-	  "without it: apt-get install chromium (.ci/run installs it). Never 'playwright install'."
+
+# The browser tests drive Debian's Chromium (Playwright never downloads one here). As root with
+# apt-get, it is installed when missing; otherwise this says how, and the browser tests fail.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "note: the browser tests need Debian's chromium: sudo apt-get install chromium"; \
+	  fi; \
+	fi
 
 run: install
 	DEBUG=1 $(PY) manage.py migrate --noinput
@@ -33,7 +43,7 @@ lint: install
 	ruff format --check .
 	mypy .
 
-test: lint
+test: lint chromium
 	pytest
 
 # The leave cache's suite, then the pipeline's; both run even when the first misses a budget,
