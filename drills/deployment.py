@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -27,6 +28,19 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 PG_SERVER = os.environ.get("DRILL_PG_SERVER", "postgres://127.0.0.1:5432")
 REDIS_SERVER = os.environ.get("DRILL_REDIS_SERVER", "redis://127.0.0.1:6379")
+
+
+def unit_command(unit: str, *, instance: str = "") -> list[str]:
+    """The ExecStart of one of deploy/systemd's units, run from this checkout's environment.
+
+    The drills start the web, worker and beat processes exactly as those files do, with the
+    installed programs' paths replaced by this interpreter's modules.
+    """
+    text = (PROJECT_DIR / "deploy" / "systemd" / unit).read_text()
+    (line,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    argv = shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("%i", instance).replace("%H", "%h"))
+    program = Path(argv[0]).name
+    return [PYTHON, "-m", program, *argv[1:]]
 
 
 def free_port() -> int:
@@ -130,37 +144,19 @@ class Deployment:
         )
 
     def start_web(self) -> None:
-        # The production web configuration, as deploy/systemd/tidal-web.service starts it.
         self.env["BIND"] = f"127.0.0.1:{self.port}"
         self.env["WEB_CONCURRENCY"] = str(self.web_workers)
-        self._spawn("web", [PYTHON, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", "tidalproject.wsgi"])
+        self._spawn("web", unit_command("tidal-web.service"))
 
     def start_worker(self, index: int) -> None:
-        self._spawn(
-            f"worker{index}",
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "tidalproject",
-                "worker",
-                "--pool=prefork",
-                "--concurrency=1",
-                "--loglevel=INFO",
-                "--hostname",
-                f"drill{index}@%h",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-        )
+        self._spawn(f"worker{index}", unit_command("tidal-worker@.service", instance=str(index)))
 
     def start_beat(self) -> None:
-        schedule = self.logs / "celerybeat-schedule"
-        self._spawn(
-            "beat",
-            [PYTHON, "-m", "celery", "-A", "tidalproject", "beat", "--loglevel=INFO", "--schedule", str(schedule)],
-        )
+        argv = unit_command("tidal-beat.service")
+        argv = [
+            a if not a.startswith("--schedule=") else f"--schedule={self.logs / 'celerybeat-schedule'}" for a in argv
+        ]
+        self._spawn("beat", argv)
 
     def log_since_start(self, name: str) -> str:
         """What the process ``name`` logged since it was last started."""
