@@ -44,26 +44,67 @@ def run_one(name: str, *, full: bool) -> dict[str, Any]:
     return result
 
 
+def _figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_figure(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list):
+        return f"{len(value)} ({', '.join(map(str, value[:5]))})" if value else "none"
+    return str(value)
+
+
+def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
+    """(load held, faults, lost) for the summary table."""
+    checks = result.get("checks", {})
+    lost = (
+        f"{checks['missing'] + checks['pending']} missing or pending, {checks['duplicated']} doubled, "
+        f"aggregates {'equal' if checks['aggregates_match'] else 'DIFFER'} ({checks['accepted']:,} accepted)"
+        if checks
+        else ""
+    )
+    rate = result.get("signals_per_second") or result.get("requests_per_second")
+    load = f"{rate:,.0f}/s" if rate else ""
+    faults = {
+        "stop_forward": f"{result.get('leaves', 0):,} leaves; {result.get('violations', '?')} violations",
+        "worker_crash": f"{result.get('kills', 0)} kill -9 ({result.get('killed_mid_batch', 0)} mid-batch)",
+        "broker_loss": f"{result.get('flushes', 0)} flushes, {result.get('restarts', 0)} Redis restarts",
+        "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
+        "leave_storm": f"{result.get('changes', 0):,} changes",
+        "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
+    }.get(name, "")
+    if name == "stop_forward":
+        lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
+    return load, faults, lost
+
+
 def write_report(results: dict[str, dict[str, Any]], command: str) -> None:
     lines = [
         "# Reliability",
         "",
         "The promises of the design (stop-forward, fail closed, not retroactive, nothing lost), tried",
         "against a real deployment on this machine: PostgreSQL, Redis, gunicorn with 2 workers, 2 Celery",
-        "worker processes and Celery beat, driven over HTTP on loopback, with faults injected. Produced by:",
+        "worker processes and Celery beat, started from `deploy/systemd`'s units, driven over HTTP on",
+        "loopback, with faults injected. Produced by:",
         "",
         "```",
         command,
         "```",
         "",
-        f"Run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, {platform.machine()}.",
+        f"Run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
+        f'{platform.machine()}. What each drill does is in the README\'s "Reliability drills".',
         "",
-        "| drill | result | figures |",
-        "|---|---|---|",
+        "| drill | result | load held | faults | lost |",
+        "|---|---|---|---|---|",
     ]
     for name, result in results.items():
-        figures = ", ".join(f"{k}: {v}" for k, v in result.items() if k not in ("passed",))
-        lines.append(f"| {name} | {'PASS' if result['passed'] else 'FAIL'} | {figures} |")
+        load, faults, lost = _summary(name, result)
+        lines.append(f"| {name} | {'PASS' if result['passed'] else 'FAIL'} | {load} | {faults} | {lost} |")
+    for name, result in results.items():
+        lines += ["", f"## {name}", ""]
+        lines += [f"- {key}: {_figure(value)}" for key, value in result.items() if key != "passed"]
     (PROJECT_DIR / "RELIABILITY.md").write_text("\n".join(lines) + "\n")
 
 
