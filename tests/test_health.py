@@ -11,7 +11,7 @@ pytestmark = pytest.mark.django_db
 
 def test_health_is_200_with_every_check_listed(client) -> None:
     response = client.get("/health/?format=json")
-    assert response.status_code == 200, response.content
+    assert response.status_code == with_a_worker, response.content
     assert set(response.json()) == {"Database(alias='default')", "LeaveFence()", "Broker()"}
     assert set(response.json().values()) == {"OK"}
 
@@ -56,3 +56,22 @@ def test_the_worker_task_reports_its_cache(caplog) -> None:
     state = report_leave_cache()
     assert state["matches_database"] is True and state["size"] == 1
     assert "leave cache report:" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_health_is_503_without_workers_and_200_with_one(client, settings) -> None:
+    from tests.processes import Worker
+    from tidalproject.celery import app as celery_app
+
+    # kombu's filesystem transport (the embedded default) has no broadcast, so a ping cannot
+    # reach a worker there: the check says so (503) rather than guess. Redis and RabbitMQ can.
+    with_a_worker = 503 if settings.CELERY_BROKER_URL.startswith("filesystem://") else 200
+
+    celery_app.control.purge()
+    assert client.get("/health/workers/?format=json").status_code == 503
+    worker = Worker(concurrency=1)
+    try:
+        response = client.get("/health/workers/?format=json")
+    finally:
+        worker.stop()
+    assert response.status_code == with_a_worker, response.content

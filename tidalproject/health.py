@@ -12,6 +12,7 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 from health_check.base import HealthCheck
 from health_check.checks import Database
+from health_check.contrib.celery import Ping
 from health_check.exceptions import ServiceUnavailable
 from health_check.views import HealthCheckView
 from kombu import Connection
@@ -52,10 +53,18 @@ class Broker(HealthCheck):
 
 
 class HealthView(HealthCheckView):
-    checks = (Database, LeaveFence, Broker)
+    checks: tuple[Any, ...] = (Database, LeaveFence, Broker)
 
     async def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         response: HttpResponse = await super().get(request, *args, **kwargs)
         if response.status_code == 500:
             response.status_code = 503  # the conventional answer for "take me out of rotation"
         return response
+
+
+class WorkersHealthView(HealthView):
+    """``/health/workers/``: at least one Celery worker answers a ping and consumes the task
+    queue. Kept apart from ``/health/``: a web process is not unhealthy because workers are
+    down (signals wait, stored, for them)."""
+
+    checks = ((Ping, {"timeout": datetime.timedelta(seconds=2)}),)

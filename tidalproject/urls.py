@@ -8,7 +8,7 @@ from rest_framework.throttling import AnonRateThrottle
 
 from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
 from signals_app.views import SignalIngestView, UserSignalsView
-from tidalproject.health import HealthView
+from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
 from tidalproject.parsers import JSONParser
 
@@ -32,6 +32,7 @@ router.register("cohorts", CohortViewSet, basename="cohort")
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health/", HealthView.as_view(), name="health"),
+    path("health/workers/", WorkersHealthView.as_view(), name="health-workers"),
     path("metrics", metrics_view, name="metrics"),
     path("api/leave-cache/", LeaveCacheView.as_view(), name="leave-cache"),
     path("api/signals/", SignalIngestView.as_view(), name="signals"),
