@@ -19,7 +19,7 @@ from community.models import CohortMember, CommunityLeave, CommunityMember
 from tidalproject import metrics
 
 from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
-from .sql import Increments, add_to_aggregates, insert_signals, mark_outcomes
+from .sql import Increments, add_to_aggregates, insert_signals, lock_pending, mark_outcomes, select_by_user
 from .validation import SignalIn
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def try_community_forwarding(
 def _memberships(model: type[CommunityMember] | type[CohortMember], user_ids: set[int]) -> dict[int, list[int]]:
     target = "community_id" if model is CommunityMember else "cohort_id"
     by_user: dict[int, list[int]] = {}
-    for user_id, target_id in model.objects.filter(user_id__in=user_ids).values_list("user_id", target):
+    for user_id, target_id in select_by_user(model, target, user_ids):
         by_user.setdefault(user_id, []).append(target_id)
     return by_user
 
@@ -177,12 +177,7 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
     """
     started = time.perf_counter()
     with transaction.atomic():
-        rows = list(
-            Signal.objects.select_for_update(skip_locked=True)
-            .filter(id__in=signal_ids, outcome=Outcome.PENDING)
-            .order_by("id")
-            .values_list("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at")
-        )
+        rows = lock_pending(signal_ids)
         if not rows:
             return BatchReport()
         gate = CommunityLeave.objects.gate()
