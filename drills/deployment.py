@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -86,7 +87,12 @@ class Deployment:
             "PYTHONPATH": str(PROJECT_DIR),
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.argv: dict[str, list[str]] = {}
         self.log_offsets: dict[str, int] = {}
+        # Like the units' Restart=always: a process that exits on its own is started again.
+        self.restarts: dict[str, int] = {}
+        self._supervising = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
         self.token = ""
 
     # --- life cycle -----------------------------------------------------------------------
@@ -115,8 +121,21 @@ class Deployment:
             self.start_worker(index)
         self.start_beat()
         self.wait_until_up()
+        self._supervising.set()
+        self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while self._supervising.is_set():
+            for name, proc in list(self.procs.items()):
+                if proc.poll() is not None and self.procs.get(name) is proc and self._supervising.is_set():
+                    self.restarts[name] = self.restarts.get(name, 0) + 1
+                    self._spawn(name, self.argv[name])
+            time.sleep(0.5)
 
     def stop(self) -> None:
+        self._supervising.clear()
+        if self._supervisor.is_alive():
+            self._supervisor.join(5)
         for name in list(self.procs):
             self.stop_process(name)
         with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
@@ -139,6 +158,7 @@ class Deployment:
         path = self.logs / f"{name}.log"
         self.log_offsets[name] = path.stat().st_size if path.exists() else 0
         log = path.open("ab")
+        self.argv[name] = argv
         self.procs[name] = subprocess.Popen(
             argv, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -164,9 +184,11 @@ class Deployment:
             log.seek(self.log_offsets.get(name, 0))
             return log.read().decode(errors="replace")
 
-    def signal_process(self, name: str, sig: int) -> None:
-        proc = self.procs[name]
-        os.killpg(proc.pid, sig)
+    def kill(self, name: str) -> None:
+        """kill -9 the process ``name`` (its whole group); it stays down until started again."""
+        proc = self.procs.pop(name)  # first, so that the supervisor does not start it again
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
     def stop_process(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)

@@ -15,6 +15,7 @@ import dataclasses
 import importlib
 import json
 import platform
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -34,13 +35,17 @@ def as_dict(result: Any) -> dict[str, Any]:
 def run_one(name: str, *, full: bool) -> dict[str, Any]:
     module = importlib.import_module(f"drills.{name}")
     started = time.monotonic()
+    restarts: dict[str, int] = {}
     try:
         # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ...
         with Deployment(name=f"tidal_drill_{name}", broker_db=2 + 2 * DRILLS.index(name)) as dep:
             result = as_dict(module.drill(dep, full=full))
+            restarts = dep.restarts
     except Exception as exc:  # noqa: BLE001 - a drill that crashes is a failed drill, reported
         result = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     result["wall_seconds"] = round(time.monotonic() - started, 1)
+    if restarts:
+        result["processes_restarted"] = dict(restarts)
     return result
 
 
@@ -109,6 +114,8 @@ def write_report(results: dict[str, dict[str, Any]], command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM (CI's timeout, say) unwinds like Ctrl-C, so every deployment is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="the full drills; writes RELIABILITY.md")
     parser.add_argument("--only", nargs="+", choices=DRILLS, default=DRILLS)

@@ -4,7 +4,6 @@ expectation computed from the accepted signals alone."""
 
 from __future__ import annotations
 
-import signal
 import time
 from dataclasses import dataclass
 
@@ -41,8 +40,7 @@ def drill(dep: Deployment, *, full: bool) -> CrashResult:
                     mid_batch += 1
                     break
                 time.sleep(0.01)
-            dep.signal_process(name, signal.SIGKILL)  # the whole worker: parent and child
-            dep.procs.pop(name).wait(10)
+            dep.kill(name)  # the whole worker: parent and children
             kills += 1
             time.sleep(0.5)
             dep.start_worker(int(name.removeprefix("worker")))
