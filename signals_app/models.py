@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from community.models import Cohort, Community
+
+
+def hour_bucket(moment: datetime) -> datetime:
+    """The UTC hour an aggregate row counts ``moment`` in (the same for any offset given)."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 class Outcome(models.IntegerChoices):

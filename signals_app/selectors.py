@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from community.models import Cohort, Community
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
+from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
 
 
 def _top_items(
@@ -25,7 +25,7 @@ def _top_items(
     if kind:
         queryset = queryset.filter(kind=kind)
     if since:
-        queryset = queryset.filter(hour__gte=since.replace(minute=0, second=0, microsecond=0))
+        queryset = queryset.filter(hour__gte=hour_bucket(since))
     if until:
         queryset = queryset.filter(hour__lt=until)
     return list(

@@ -18,7 +18,7 @@ from community.cache import LeaveGate
 from community.models import CohortMember, CommunityLeave, CommunityMember
 from tidalproject import metrics
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
+from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
 from .sql import Increments, add_to_aggregates, insert_signals, lock_pending, mark_outcomes, select_by_user
 from .validation import SignalIn
 
@@ -103,17 +103,13 @@ class BatchReport:
         return self.attributed + self.gated + self.no_target
 
 
-def _hour(moment: datetime) -> datetime:
-    return moment.replace(minute=0, second=0, microsecond=0)
-
-
 def _credit(
     increments: Increments, target_ids: Sequence[int], item_id: int, kind: str, weight: float, at: datetime
 ) -> Outcome:
     """Add the signal to each target's (hour, item, kind) increment."""
     if not target_ids:
         return Outcome.NO_TARGET
-    hour = _hour(at)
+    hour = hour_bucket(at)
     for target_id in target_ids:
         key = (target_id, hour, item_id, kind)
         current = increments.get(key)
