@@ -22,6 +22,7 @@ import os
 import threading
 import time
 import weakref
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -37,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 CORRUPT = -1
 _WARM_CHUNK = 10_000
-_CLOCK_SQL = "SELECT version, generation FROM {table} WHERE id = 1"
 
 
 class RecordStatus(models.Func):
@@ -79,29 +79,85 @@ class RecordStatus(models.Func):
 
 
 class LeaveGate:
-    """The gate after a sync: ``is_left(user_id)`` is an in-memory set look-up, no query.
+    """The gate after a sync: in-memory look-ups, no query per signal.
 
-    It reads the process's live set, so later syncs in this process (which only move the
-    fence forward) show through; ``version`` is the fence position it was handed at.
+    ``is_left(user_id)`` answers at this fence position (``version``).
+    ``is_left(user_id, since=v)`` also answers whether the user was left at any version
+    after ``v`` up to this one: the check for a signal received at fence ``v`` that waited in
+    the queue (a leave and a rejoin while it waited still gate it). The process's feed log
+    answers that from memory; what it does not cover (a receipt fence older than the
+    process's warm) is read from the history once per batch by ``preload``.
     """
 
-    __slots__ = ("generation", "is_left", "version")
+    __slots__ = ("_cache", "_history", "generation", "version")
 
-    def __init__(self, gated: set[int], version: int, generation: int) -> None:
-        self.is_left = gated.__contains__
+    def __init__(self, cache: LeaveCache, version: int, generation: int) -> None:
+        self._cache = cache
+        self._history: dict[int, list[int]] = {}
         self.version = version
         self.generation = generation
 
+    def is_corrupt(self, user_id: int) -> bool:
+        return user_id in self._cache._corrupt
+
+    def is_left(self, user_id: int, since: int | None = None) -> bool:
+        if user_id in self._cache._gated:
+            return True
+        if since is None or since >= self.version:
+            return False
+        return self._left_after(user_id, since)
+
+    def _left_after(self, user_id: int, since: int) -> bool:
+        history = self._history.get(user_id)
+        if history is not None:
+            return any(since < version <= self.version for version in history)
+        cache = self._cache
+        if since >= cache._log_from:
+            last = cache._left_log.get(user_id)
+            if last is None:
+                return False
+            if last <= self.version:
+                return last > since
+        # Not covered in memory (a receipt before this process warmed, or a later sync has
+        # moved the log past this gate): fail closed unless ``preload`` read the history.
+        raise LookupError(f"user {user_id}: no history loaded after version {since}")
+
+    def preload(self, checks: dict[int, int], using: str = "default") -> None:
+        """Read, in one query, the history that ``is_left(user_id, since)`` will need for
+        ``checks`` (user id -> the earliest receipt fence among that user's signals)."""
+        cache = self._cache
+        needed = {
+            user_id: since
+            for user_id, since in checks.items()
+            if since < self.version
+            and user_id not in cache._gated
+            and (since < cache._log_from or cache._left_log.get(user_id, -1) > self.version)
+        }
+        if not needed:
+            return
+        from .models import LeaveHistory
+
+        left_versions = (
+            LeaveHistory.objects.using(using)
+            .annotate(record_status=RecordStatus("value"))
+            .exclude(record_status=MembershipStatus.ACTIVE)
+            .filter(user_id__in=list(needed), version__gt=min(needed.values()), version__lte=self.version)
+            .values_list("user_id", "version")
+        )
+        history: dict[int, list[int]] = {user_id: [] for user_id in needed}
+        for user_id, version in left_versions:
+            history[user_id].append(version)
+        self._history.update(history)
+
 
 def _gated_query(using: str) -> Any:
-    """The ids the gate must hold: records that are LEFT or cannot be read."""
+    """The records the gate must hold: LEFT or unreadable (``record_status`` annotated)."""
     from .models import CommunityLeave
 
     return (
         CommunityLeave.objects.using(using)
         .annotate(record_status=RecordStatus("value"))
         .exclude(record_status=MembershipStatus.ACTIVE)
-        .values_list("user_id", flat=True)
     )
 
 
@@ -111,13 +167,23 @@ class LeaveCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._gated: set[int] = set()
+        self._corrupt: set[int] = set()  # the gated ids whose record cannot be read
+        # user id -> the last version at which the feed made them left (or corrupt), for the
+        # while-queued check; it covers versions after ``_log_from`` only.
+        self._left_log: dict[int, int] = {}
+        self._log_from = 0
         self._version: int | None = None  # None: not warmed
         self._generation: int | None = None
+        self._epoch: Any = None
+        # (user_id, at) of the history row at ``_version``: if the row at that version is
+        # ever another one, the clock's past was rewritten (a restore, a failover).
+        self._fingerprint: tuple[Any, Any] = (None, None)
         self.warms = 0
         self.syncs = 0
         self.feed_rows = 0
         self.last_warm_seconds = 0.0
         self.last_lag = 0
+        self.last_warm_reason = ""
         _caches.add(self)
 
     @property
@@ -136,8 +202,10 @@ class LeaveCache:
             "pid": os.getpid(),
             "version": gate.version,
             "generation": gate.generation,
+            "epoch": str(self._epoch),
             "size": self.size,
             "warms": self.warms,
+            "last_warm_reason": self.last_warm_reason,
             "syncs": self.syncs,
             "feed_rows": self.feed_rows,
             "last_warm_seconds": round(self.last_warm_seconds, 6),
@@ -146,7 +214,7 @@ class LeaveCache:
         if compare:
             with self._lock:
                 held = set(self._gated)
-            stored = set(_gated_query(using))
+            stored = set(_gated_query(using).values_list("user_id", flat=True))
             state["matches_database"] = held == stored
             state["only_in_cache"] = len(held - stored)
             state["only_in_database"] = len(stored - held)
@@ -159,8 +227,11 @@ class LeaveCache:
 
     def _forget(self) -> None:
         self._gated = set()
+        self._corrupt = set()
+        self._left_log = {}
         self._version = None
         self._generation = None
+        self._epoch = None
 
     def _after_fork_in_child(self) -> None:
         # A lock held by another thread at fork time would never be released in the child.
@@ -171,32 +242,32 @@ class LeaveCache:
         """Bring the cache up to the database's fence and return the gate.
 
         One query when nothing changed; the feed since the last look when something did;
-        a full re-warm on a new generation, on first use, or when far behind. Raises
-        ``DatabaseError`` when the database cannot be read: callers retry, never guess.
+        a full re-warm on first use, on a new generation or epoch, when far behind, and
+        whenever the clock's past no longer matches what this process saw (the version went
+        backwards, or the history row at the cached version is another one: a restore or a
+        failover). Raises ``DatabaseError`` when the database cannot be read: callers retry,
+        never guess.
         """
-        from .models import LeaveClock
-
         with self._lock:
             self.syncs += 1
-            # The fence: one single-row read, by primary key (raw SQL: the ORM would
-            # more than double the cost of a sync that finds nothing changed).
+            # The fence: the clock row by primary key and the history row at our version, in
+            # one query (raw SQL: the ORM would more than double the cost of a sync that
+            # finds nothing changed).
             with connections[using].cursor() as cursor:
-                cursor.execute(_CLOCK_SQL.format(table=LeaveClock._meta.db_table))
+                cursor.execute(_fence_sql(), [-1 if self._version is None else self._version])
                 clock = cursor.fetchone()
             if clock is None:
                 raise OperationalError("the leave clock row is missing: run migrate")
-            version, generation = clock
-            if self._version is None or generation != self._generation:
-                self._warm(using, version, generation)
+            version, generation, epoch, user_id, at = clock
+            reason = self._warm_reason(version, generation, epoch, _fingerprint((user_id, at)))
+            if reason:
+                self._warm(using, version, generation, epoch, reason)
                 result = "warm"
             elif version != self._version:
+                assert self._version is not None
                 self.last_lag = version - self._version
-                if self.last_lag > settings.LEAVE_CACHE_REWARM_AFTER:
-                    self._warm(using, version, generation)
-                    result = "warm"
-                else:
-                    self._apply_feed(using, version)
-                    result = "feed"
+                self._apply_feed(using, version)
+                result = "feed"
             else:
                 self.last_lag = 0
                 result = "unchanged"
@@ -204,30 +275,56 @@ class LeaveCache:
             if result != "unchanged":
                 metrics.CACHE_SIZE.set(len(self._gated))
             assert self._version is not None and self._generation is not None
-            return LeaveGate(self._gated, self._version, self._generation)
+            return LeaveGate(self, self._version, self._generation)
 
-    def _warm(self, using: str, version: int, generation: int) -> None:
+    def _warm_reason(self, version: int, generation: int, epoch: Any, fingerprint: tuple[Any, ...]) -> str:
+        if self._version is None:
+            return "first use"
+        if epoch != self._epoch:
+            return "new clock epoch"
+        if generation != self._generation:
+            return "new generation"
+        if version < self._version:
+            return f"clock went back from {self._version} to {version}"
+        if fingerprint != self._fingerprint:
+            return f"history at version {self._version} was rewritten"
+        if version - self._version > settings.LEAVE_CACHE_REWARM_AFTER:
+            return "far behind"
+        return ""
+
+    def _warm(self, using: str, version: int, generation: int, epoch: Any, reason: str) -> None:
         # The clock was read before the records, so every change after ``version`` is
         # either already in what we read or replayed (again, harmlessly) by the next sync.
+        from .models import LeaveHistory
+
         started = time.perf_counter()
-        query = _gated_query(using)
         # The queryset's SQL, read straight off the cursor in chunks: a million ids go into
         # the set without the ORM's per-row iteration and intermediate lists.
-        sql, params = query.query.sql_with_params()
+        sql, params = _gated_query(using).values_list("user_id", "record_status").query.sql_with_params()
         gated: set[int] = set()
+        corrupt: set[int] = set()
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             while chunk := cursor.fetchmany(_WARM_CHUNK):
                 gated.update(row[0] for row in chunk)
+                corrupt.update(row[0] for row in chunk if row[1] == CORRUPT)
+        at_version = LeaveHistory.objects.using(using).filter(version=version).values_list("user_id", "at").first()
         self._gated = gated
+        self._corrupt = corrupt
+        self._left_log = {}
+        self._log_from = version
         self._version = version
         self._generation = generation
+        self._epoch = epoch
+        self._fingerprint = _fingerprint(at_version)
         self.warms += 1
         self.last_lag = 0
+        self.last_warm_reason = reason
         self.last_warm_seconds = time.perf_counter() - started
         metrics.CACHE_WARM_SECONDS.observe(self.last_warm_seconds)
         logger.info(
-            "leave cache warmed: %d gated users at version %d generation %d in %.3fs",
+            "leave cache warmed (%s): %d gated users at version %d generation %d in %.3fs",
+            reason,
             len(gated),
             version,
             generation,
@@ -241,22 +338,53 @@ class LeaveCache:
         last = self._version
         changes = (
             LeaveHistory.objects.using(using)
-            .filter(version__gt=last)
+            .filter(version__gt=last, version__lte=version)
             .order_by("version")
-            .values_list("version", "user_id", "value")
+            .values_list("version", "user_id", "value", "at")
         )
-        gated = self._gated
-        for change_version, user_id, value in changes:
+        gated, corrupt, log = self._gated, self._corrupt, self._left_log
+        fingerprint: Any = None
+        for change_version, user_id, value, at in changes:
             record = deserialize_membership(user_id, value)
             if record is None or record.status == MembershipStatus.LEFT:
                 gated.add(user_id)
+                log[user_id] = change_version
+                if record is None:
+                    corrupt.add(user_id)
+                else:
+                    corrupt.discard(user_id)
             else:
                 gated.discard(user_id)
+                corrupt.discard(user_id)
             last = change_version
+            fingerprint = (user_id, at)
             self.feed_rows += 1
-        # Versions up to ``version`` were committed before the clock read, so ``last`` can
-        # only be at or past it; max() keeps the fence monotonic either way.
-        self._version = max(last, version)
+        if len(log) > settings.LEAVE_CACHE_REWARM_AFTER:
+            # Bounded memory: older receipt fences are read from the history instead.
+            self._left_log = {}
+            self._log_from = last
+        if last != self._version:
+            self._version = last
+            self._fingerprint = _fingerprint(fingerprint)
+
+
+def _fingerprint(row: tuple[Any, Any] | None) -> tuple[Any, Any]:
+    """A history row's identity, (user_id, at as naive UTC), however the backend returns it."""
+    if row is None:
+        return (None, None)
+    user_id, at = row
+    if isinstance(at, datetime) and at.tzinfo is not None:
+        at = at.astimezone(UTC).replace(tzinfo=None)
+    return (user_id, at)
+
+
+def _fence_sql() -> str:
+    from .models import LeaveClock, LeaveHistory
+
+    return (
+        f"SELECT c.version, c.generation, c.epoch, h.user_id, h.at FROM {LeaveClock._meta.db_table} c "  # noqa: S608
+        f"LEFT JOIN {LeaveHistory._meta.db_table} h ON h.version = %s WHERE c.id = 1"
+    )
 
 
 _caches: weakref.WeakSet[LeaveCache] = weakref.WeakSet()
@@ -273,7 +401,17 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def warm_after_worker_fork(**_: Any) -> None:
-    """Celery ``worker_process_init``: warm the new worker child before it takes work."""
+    """Celery ``worker_process_init``: start warming the new worker child in the background.
+
+    Celery kills a child that is not up within its start-up timeout (4 s by default), and a
+    warm of millions of gated users on a slow database can take longer: the child comes up at
+    once and warms on a thread of its own. Its first batch waits on the cache's lock until
+    the warm is done (or warms itself if this one failed), so nothing is gated early.
+    """
+    threading.Thread(target=_warm_now, name="leave-cache-warm", daemon=True).start()
+
+
+def _warm_now() -> None:
     from .models import CommunityLeave
 
     try:
@@ -281,3 +419,5 @@ def warm_after_worker_fork(**_: Any) -> None:
     except DatabaseError:
         # Not fatal: the first batch syncs again and retries until the database answers.
         logger.warning("leave cache could not warm at worker start; it warms on first use", exc_info=True)
+    finally:
+        connections.close_all()  # this thread's connections only

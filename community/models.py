@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
@@ -53,11 +55,15 @@ class LeaveClock(models.Model):
     Each leave/rejoin transaction locks this row first and bumps ``version`` once per
     changed record, so versions are handed out and committed in the same order.
     ``generation`` is bumped by rebuild_leave_status to make every process re-warm.
+    ``epoch`` is drawn afresh whenever the row is created (migrate, flush, a re-created row),
+    so a process never mistakes a new clock for the one it cached; a restore that brings
+    back an old row is caught by the fence's other checks (see ``community.cache``).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
     version = models.BigIntegerField(default=0)
     generation = models.BigIntegerField(default=0)
+    epoch = models.UUIDField(default=uuid.uuid4, editable=False)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=models.Q(id=1), name="leave_clock_single_row")]

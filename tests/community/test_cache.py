@@ -127,3 +127,87 @@ def test_sql_record_status_agrees_with_the_codec(values: list[bytes]) -> None:
     for user_id, value in enumerate(values):
         record = deserialize_membership(user_id, value)
         assert gate.is_left(user_id) == (record is None or record.status == MembershipStatus.LEFT)
+
+
+# --- a clock that cannot move backwards unnoticed ------------------------------------------------
+
+
+def _restore_to(version: int) -> None:
+    """What a restore of a dump taken at ``version`` (or a failover to a replica that had it)
+    does to the fence's tables: later history rows are gone and the clock reads ``version``.
+    The records are put back as the history says they were."""
+    from community.models import LeaveHistory
+
+    LeaveHistory.objects.filter(version__gt=version).delete()
+    LeaveClock.objects.filter(pk=1).update(version=version)
+    CommunityLeave.objects.all().delete()
+    latest: dict[int, bytes] = {}
+    for user_id, value in LeaveHistory.objects.order_by("version").values_list("user_id", "value"):
+        latest[user_id] = bytes(value)
+    CommunityLeave.objects.bulk_create([CommunityLeave(user_id=u, value=v) for u, v in latest.items()])
+
+
+def test_a_clock_that_went_back_makes_a_process_rewarm_before_it_gates() -> None:
+    bulk_leave_community_layer(user_ids=[1, 2])  # versions 1, 2: the dump is taken here
+    leave_community_layer(user_id=3)  # 3
+    leave_community_layer(user_id=4)  # 4
+    process = LeaveCache()
+    assert process.sync().version == 4
+    _restore_to(2)
+    leave_community_layer(user_id=5)  # version 3 again, in the new timeline
+    gate = process.sync()
+    assert gate.is_left(5) and not gate.is_left(3) and not gate.is_left(4)
+    assert process.last_warm_reason == "clock went back from 4 to 3"
+
+
+def test_a_restored_clock_that_overtook_the_cached_version_is_caught_by_the_history() -> None:
+    # The window the issue names: after a restore, enough new leaves that the clock is past
+    # the version a process cached before it syncs again. Only the history row at that
+    # version (now another change) tells.
+    bulk_leave_community_layer(user_ids=[1, 2])
+    leave_community_layer(user_id=3)
+    process = LeaveCache()
+    assert process.sync().version == 3
+    _restore_to(2)
+    for user_id in (10, 11, 12):  # versions 3, 4, 5 of the new timeline
+        leave_community_layer(user_id=user_id)
+    gate = process.sync()
+    assert all(gate.is_left(u) for u in (10, 11, 12)) and not gate.is_left(3)
+    assert process.last_warm_reason == "history at version 3 was rewritten"
+
+
+def test_a_recreated_clock_row_has_a_new_epoch_and_every_process_rewarms() -> None:
+    leave_community_layer(user_id=1)
+    process = LeaveCache()
+    process.sync()
+    epoch = LeaveClock.objects.get().epoch
+    LeaveClock.objects.all().delete()
+    LeaveClock.objects.create(pk=1, version=1)
+    assert LeaveClock.objects.get().epoch != epoch
+    process.sync()
+    assert process.last_warm_reason == "new clock epoch" and process.warms == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_puts_back_a_clock_row_with_a_new_epoch() -> None:
+    from django.core.management import call_command
+
+    epoch = LeaveClock.objects.get().epoch
+    call_command("flush", "--noinput", verbosity=0)
+    clock = LeaveClock.objects.get()
+    assert (clock.version, clock.generation) == (0, 0) and clock.epoch != epoch
+
+
+def test_the_while_queued_check_answers_from_the_feed_and_from_the_history() -> None:
+    process = LeaveCache()
+    process.sync()  # warmed at version 0
+    leave_community_layer(user_id=1)  # 1
+    rejoin_community_layer(user_id=1)  # 2
+    gate = process.sync()
+    assert not gate.is_left(1)
+    assert gate.is_left(1, since=0)  # left at version 1, after a receipt at 0
+    assert not gate.is_left(1, since=1)  # its leave was at or before the receipt
+    later = LeaveCache()
+    gate = later.sync()  # warmed at version 2: the feed before it is not in memory
+    gate.preload({1: 0})
+    assert gate.is_left(1, since=0) and not LeaveCache().sync().is_left(1)

@@ -176,4 +176,6 @@ def test_a_celery_worker_child_warms_its_cache_when_it_starts() -> None:
         wait_for(lambda: any("leave cache warmed" in line for line in worker.lines), timeout=30, what="the warm")
     finally:
         worker.stop()
-    assert any("leave cache warmed: 1 gated users" in line for line in worker.lines), "".join(worker.lines[-30:])
+    assert any("leave cache warmed (first use): 1 gated users" in line for line in worker.lines), "".join(
+        worker.lines[-30:]
+    )
