@@ -32,7 +32,7 @@ from .membership import CommunityMembership, MembershipStatus
 from .models import ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
 from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
 from .serializers import _rfc3339
-from .services import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from .services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
 
@@ -238,7 +238,7 @@ def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) ->
     return TemplateResponse(request, "admin/community/console/user.html", context)
 
 
-_CHANGES: dict[str, Callable[..., CommunityMembership]] = {
+_CHANGES: dict[str, Callable[..., LayerChange]] = {
     ChangeAction.LEAVE: leave_community_layer,
     ChangeAction.REJOIN: rejoin_community_layer,
 }
@@ -251,8 +251,8 @@ def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, mod
     if uid is None:
         return redirect(URL_DASHBOARD)
     if request.method == "POST":
-        record = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
-        messages.success(request, f"User {uid} is now {_status_label(record)}.")
+        change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
+        messages.success(request, f"User {uid} is now {_status_label(change.membership)} (version {change.version}).")
         return redirect(URL_USER, user_id=uid)
     stored = community_layer_record(user_id=uid)
     status = "corrupt" if stored.status.corrupt else _status_label(stored.status.membership)

@@ -19,6 +19,9 @@ class LayerStatus(NamedTuple):
 
     membership: CommunityMembership
     corrupt: bool
+    # The clock version of the change a leave or rejoin made (or of the record it kept);
+    # status reads leave it out.
+    version: int | None = None
 
 
 def community_layer_status(*, user_id: int) -> LayerStatus:

@@ -42,9 +42,17 @@ class LayerStatusSerializer(serializers.Serializer[LayerStatus]):
     left_at = serializers.CharField(allow_null=True, help_text="RFC 3339, nanosecond precision, UTC")
     left_at_ns = serializers.IntegerField(allow_null=True, help_text="Nanoseconds since the Unix epoch")
     corrupt = serializers.BooleanField()
+    version = serializers.IntegerField(
+        required=False,
+        help_text="Leave and rejoin only: the clock version of the change made, or of the record kept"
+        " where nothing changed (0: never changed)",
+    )
 
     def to_representation(self, instance: LayerStatus) -> dict[str, Any]:
-        return status_payload(instance.membership, corrupt=instance.corrupt)
+        payload = status_payload(instance.membership, corrupt=instance.corrupt)
+        if instance.version is not None:
+            payload["version"] = instance.version
+        return payload
 
 
 class LeaveHistorySerializer(serializers.ModelSerializer[LeaveHistory]):

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 from tqdm import tqdm
 
 from tidalproject import metrics
@@ -71,9 +72,17 @@ _TRANSITIONS: dict[ChangeAction, _Transition] = {
 }
 
 
+class LayerChange(NamedTuple):
+    """A user's record after a leave or rejoin, and the clock version of the change made
+    (or, where nothing changed, of the last change to the record; 0 if it never changed)."""
+
+    membership: CommunityMembership
+    version: int
+
+
 def _change_community_layer(
     *, user_ids: Iterable[int], action: ChangeAction, actor: Any, source: ChangeSource
-) -> dict[int, CommunityMembership]:
+) -> dict[int, LayerChange]:
     ids = list(dict.fromkeys(user_ids))
     transition = _TRANSITIONS[action]
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
@@ -90,6 +99,8 @@ def _change_community_layer(
             results[user_id] = new
             if new != current:
                 changed.append(new)
+        changed_ids = {m.user_id for m in changed}
+        versions = _last_versions([u for u in ids if u in stored and u not in changed_ids])
         if changed:
             first_version = clock.version + 1
             clock.version += len(changed)
@@ -115,7 +126,20 @@ def _change_community_layer(
                     for offset, m in enumerate(changed)
                 ]
             )
-    return results
+            versions.update((m.user_id, first_version + offset) for offset, m in enumerate(changed))
+    return {user_id: LayerChange(record, versions.get(user_id, 0)) for user_id, record in results.items()}
+
+
+def _last_versions(user_ids: list[int]) -> dict[int, int]:
+    """The version of each user's last change, for records a request left as they were."""
+    if not user_ids:
+        return {}
+    return dict(
+        LeaveHistory.objects.filter(user_id__in=user_ids)
+        .values("user_id")
+        .annotate(last=Max("version"))
+        .values_list("user_id", "last")
+    )
 
 
 def _changed(action: ChangeAction, source: ChangeSource, changed: list[CommunityMembership], first: int) -> None:
@@ -128,9 +152,7 @@ def _changed(action: ChangeAction, source: ChangeSource, changed: list[Community
         )
 
 
-def leave_community_layer(
-    *, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API
-) -> CommunityMembership:
+def leave_community_layer(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> LayerChange:
     """Make ``user_id`` leave: none of their signals processed from now on is forwarded.
 
     Idempotent: leaving while left changes nothing and keeps the first ``left_at_ns``.
@@ -138,23 +160,21 @@ def leave_community_layer(
     return _change_community_layer(user_ids=[user_id], action=ChangeAction.LEAVE, actor=actor, source=source)[user_id]
 
 
-def rejoin_community_layer(
-    *, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API
-) -> CommunityMembership:
+def rejoin_community_layer(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> LayerChange:
     """Make ``user_id`` active again, keeping ``left_at_ns``. Rejoining while active changes nothing."""
     return _change_community_layer(user_ids=[user_id], action=ChangeAction.REJOIN, actor=actor, source=source)[user_id]
 
 
 def bulk_leave_community_layer(
     *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API
-) -> dict[int, CommunityMembership]:
+) -> dict[int, LayerChange]:
     """Make every user in ``user_ids`` leave, all in one transaction (all or nothing)."""
     return _change_community_layer(user_ids=user_ids, action=ChangeAction.LEAVE, actor=actor, source=source)
 
 
 def bulk_rejoin_community_layer(
     *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API
-) -> dict[int, CommunityMembership]:
+) -> dict[int, LayerChange]:
     """Make every user in ``user_ids`` active again, all in one transaction."""
     return _change_community_layer(user_ids=user_ids, action=ChangeAction.REJOIN, actor=actor, source=source)
 

@@ -88,8 +88,8 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     @action(detail=True, methods=["post"])
     def leave(self, request: Request, user_id: str) -> Response:
         uid = self._user_id(CHANGE_ANY)
-        record = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
-        return self._answer(LayerStatus(record, corrupt=False))
+        change = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
+        return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
 
     @extend_schema(
         request=None, responses=LayerStatusSerializer, summary="Rejoin the community layer", parameters=[USER_ID_PARAM]
@@ -97,8 +97,8 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     @action(detail=True, methods=["post"])
     def rejoin(self, request: Request, user_id: str) -> Response:
         uid = self._user_id(CHANGE_ANY)
-        record = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
-        return self._answer(LayerStatus(record, corrupt=False))
+        change = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
+        return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
 
     @extend_schema(
         responses=LeaveHistorySerializer(many=True),
@@ -123,9 +123,16 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
         body = BulkLeaveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         user_ids: list[int] = body.validated_data["user_ids"]
-        records = bulk_leave_community_layer(user_ids=user_ids, actor=request.user, source=ChangeSource.API)
+        changes = bulk_leave_community_layer(user_ids=user_ids, actor=request.user, source=ChangeSource.API)
         return Response(
-            {"results": [LayerStatusSerializer(LayerStatus(records[u], corrupt=False)).data for u in user_ids]}
+            {
+                "results": [
+                    LayerStatusSerializer(
+                        LayerStatus(changes[u].membership, corrupt=False, version=changes[u].version)
+                    ).data
+                    for u in user_ids
+                ]
+            }
         )
 
 

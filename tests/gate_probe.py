@@ -34,9 +34,9 @@ def main() -> None:
                 "warms": cache.warms,
             }
         elif command == "leave":
-            answer = {"status": int(leave_community_layer(user_id=ids[0]).status)}
+            answer = {"status": int(leave_community_layer(user_id=ids[0]).membership.status)}
         elif command == "rejoin":
-            answer = {"status": int(rejoin_community_layer(user_id=ids[0]).status)}
+            answer = {"status": int(rejoin_community_layer(user_id=ids[0]).membership.status)}
         else:
             answer = {"error": f"unknown command {command}"}
         print(json.dumps(answer), flush=True)

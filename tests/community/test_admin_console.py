@@ -223,7 +223,7 @@ def signals_by_hour() -> dict[str, int]:
     Signal.objects.filter(id__in=earlier).update(processed_at=timezone.now() - timedelta(hours=2))
     Signal.objects.filter(id__in=old).update(processed_at=timezone.now() - timedelta(hours=30))
     ingest(sender, sig(1))  # still pending
-    return {"attributed": 2, "gated": 3, "no_target": 1, "pending": 1}
+    return {"attributed": 2, "gated": 3, "no_target": 1, "pending": 1, "failed": 0}
 
 
 def test_dashboard_shows_signals_by_outcome_per_hour(client_, signals_by_hour) -> None:
@@ -232,7 +232,7 @@ def test_dashboard_shows_signals_by_outcome_per_hour(client_, signals_by_hour) -
     assert len(per_hour) == 24
     assert per_hour[-1].hour == timezone.now().replace(minute=0, second=0, microsecond=0)
     assert per_hour[-1].counts == signals_by_hour
-    assert per_hour[-3].counts == {"attributed": 0, "gated": 1, "no_target": 0, "pending": 0}
+    assert per_hour[-3].counts == {"attributed": 0, "gated": 1, "no_target": 0, "pending": 0, "failed": 0}
     total = sum(sum(h.counts.values()) for h in per_hour)
     assert total == sum(signals_by_hour.values()) + 1  # the 30-hour-old one is outside
     html = r.content.decode()
@@ -362,10 +362,10 @@ def test_the_leave_confirmation_page_writes_nothing(client_) -> None:
 def test_leave_then_rejoin_from_the_user_page(client_, console_operator) -> None:
     r = client_.post(leave_url(7))
     assert r.status_code == 302 and r["Location"] == user_url(7)
-    assert shown_messages(r) == ["User 7 is now left."]
+    assert shown_messages(r) == ["User 7 is now left (version 1)."]
     assert CommunityLeave.objects.get(pk=7).membership.status == MembershipStatus.LEFT
     r = client_.post(rejoin_url(7))
-    assert shown_messages(r)[-1] == "User 7 is now active."
+    assert shown_messages(r)[-1] == "User 7 is now active (version 2)."
     entries = list(LeaveHistory.objects.filter(user_id=7).order_by("version"))
     assert [(e.action, e.source, e.actor_id, e.actor_label) for e in entries] == [
         ("leave", "admin", console_operator.pk, console_operator.username),

@@ -99,6 +99,7 @@ def test_leave_answers_left_with_a_nanosecond_rfc3339_time(api, member) -> None:
     assert RFC3339_NS.match(body["left_at"]), body["left_at"]
     assert before <= body["left_at_ns"] <= after
     assert rfc3339_to_ns(body["left_at"]) == body["left_at_ns"]
+    assert body.pop("version") == 1
     assert call(api, STATUS, member.pk).json() == body
 
 
@@ -117,8 +118,10 @@ def test_rejoin_is_active_and_keeps_left_at(api, member) -> None:
     left = call(api, LEAVE, member.pk).json()
     r = call(api, REJOIN, member.pk)
     assert r.status_code == 200
-    assert r.json() == {**left, "status": "active"}
-    assert call(api, STATUS, member.pk).json() == r.json()
+    body = r.json()
+    assert body == {**left, "status": "active", "version": left["version"] + 1}
+    del body["version"]  # a status read carries no version
+    assert call(api, STATUS, member.pk).json() == body
 
 
 def test_rejoin_while_active_changes_nothing(api, member) -> None:
@@ -470,6 +473,7 @@ def test_leave_on_a_corrupt_record_writes_a_clean_left_record(api, operator) -> 
     assert (body["status"], body["corrupt"]) == ("left", False) and body["left_at_ns"]
     record = CommunityLeave.objects.get(pk=42).membership
     assert record is not None and (record.status, record.left_at_ns) == (MembershipStatus.LEFT, body["left_at_ns"])
+    assert body.pop("version") == 1
     assert call(api, STATUS, 42).json() == body
     assert LeaveHistory.objects.get().action == "leave"
 
@@ -479,7 +483,14 @@ def test_rejoin_on_a_corrupt_record_writes_a_clean_active_record(api, operator) 
     api.force_authenticate(operator)
     r = call(api, REJOIN, 42)
     assert r.status_code == 200
-    assert r.json() == {"user_id": 42, "status": "active", "left_at": None, "left_at_ns": None, "corrupt": False}
+    assert r.json() == {
+        "user_id": 42,
+        "status": "active",
+        "left_at": None,
+        "left_at_ns": None,
+        "corrupt": False,
+        "version": 1,
+    }
     stored = CommunityLeave.objects.get(pk=42)
     assert bytes(stored.value) == serialize_membership(stored.membership) == bytes(9)
     assert LeaveHistory.objects.get().action == "rejoin"
