@@ -2,14 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from community.admin import UserIdSearchMixin
 
-from .models import CohortAggregate, CommunityAggregate, Signal
+from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from .selectors import outcome_summary
+from .services import retry_failed_signals
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
@@ -29,8 +31,22 @@ class ReadOnlyAdmin(admin.ModelAdmin[Any]):
 
 @admin.register(Signal)
 class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
-    list_display = ["id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "outcome", "sender"]
-    list_filter = ["outcome", "kind"]
+    list_display = [
+        "id",
+        "user_id",
+        "item_id",
+        "kind",
+        "weight",
+        "occurred_at",
+        "received_at",
+        "outcome",
+        "gated_reason",
+        "fence_at_receipt",
+        "fence_at_processing",
+        "sender",
+    ]
+    list_filter = ["outcome", "gated_reason", "kind"]
+    actions = ["retry_failed"]
     search_fields = ["user_id"]
     list_select_related = ["sender"]
     date_hierarchy = "received_at"
@@ -41,6 +57,15 @@ class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
         extra_context = {**(extra_context or {}), "outcome_summary": outcome_summary()}
         response: TemplateResponse = super().changelist_view(request, extra_context)  # type: ignore[assignment]
         return response
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("signals_app.change_signal")
+
+    @admin.action(description="Retry the selected failed signals", permissions=["retry"])
+    def retry_failed(self, request: HttpRequest, queryset: QuerySet[Signal]) -> None:
+        ids = list(queryset.filter(outcome=Outcome.FAILED).values_list("id", flat=True))
+        count = retry_failed_signals(signal_ids=ids)
+        self.message_user(request, f"{count} failed signal(s) put back to pending and enqueued.", messages.SUCCESS)
 
 
 class AggregateAdmin(ReadOnlyAdmin):

@@ -19,6 +19,18 @@ class Outcome(models.IntegerChoices):
     ATTRIBUTED = 1, "attributed"
     GATED = 2, "gated"
     NO_TARGET = 3, "no_target"
+    # Processing failed for a reason that retrying will not cure (not a transient database
+    # error): isolated from its batch, kept with the error, retried by retry_failed_signals.
+    FAILED = 4, "failed"
+
+
+class GatedReason(models.IntegerChoices):
+    """Why a signal was gated: the fence positions and the history say which."""
+
+    LEFT_AT_RECEIPT = 1, "left_at_receipt"
+    LEFT_WHILE_QUEUED = 2, "left_while_queued"
+    LEFT_AT_PROCESSING = 3, "left_at_processing"
+    CORRUPT_RECORD = 4, "corrupt_record"
 
 
 class Signal(models.Model):
@@ -36,6 +48,19 @@ class Signal(models.Model):
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
     outcome = models.PositiveSmallIntegerField(choices=Outcome.choices, default=Outcome.PENDING)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # The evidence: the leave clock version at which the gate was checked on receipt and at
+    # processing. Attributed means active at every version from the one to the other.
+    fence_at_receipt = models.BigIntegerField(null=True, blank=True)
+    fence_at_processing = models.BigIntegerField(null=True, blank=True)
+    gated_reason = models.PositiveSmallIntegerField(choices=GatedReason.choices, null=True, blank=True)
+    # Where an attributed signal was credited (ids), so that the aggregates can be checked
+    # against their signals, and an erasure can take a signal back from exactly those rows.
+    credited_communities = models.JSONField(null=True, blank=True)
+    credited_cohorts = models.JSONField(null=True, blank=True)
+    # When a processing task was last sent for it: the sweep does not send another while
+    # that one may still be queued.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, db_default="")
 
     class Meta:
         constraints = [
@@ -50,6 +75,7 @@ class Signal(models.Model):
             # The sweep looks for old pending signals only: a small partial index.
             models.Index(fields=["received_at"], condition=models.Q(outcome=0), name="signal_pending_by_age"),
             models.Index(fields=["outcome", "processed_at"], name="signal_outcome_time"),
+            models.Index(fields=["id"], condition=models.Q(outcome=4), name="signal_failed"),
         ]
 
     def __str__(self) -> str:

@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from tidalproject.api import UserIdField
 
-from .models import Signal
+from .models import GatedReason, Outcome, Signal
 from .validation import KIND_RULE, MAX_ABS_WEIGHT, MAX_BATCH, MAX_KEY_LENGTH
 
 
@@ -41,14 +41,37 @@ class IngestResultSerializer(serializers.Serializer[Any]):
 
 
 class SignalOutSerializer(serializers.ModelSerializer[Signal]):
-    outcome = serializers.SerializerMethodField()
+    outcome = serializers.ChoiceField(choices=Outcome.labels, source="get_outcome_display")
+    gated_reason = serializers.ChoiceField(
+        choices=GatedReason.labels,
+        allow_null=True,
+        source="get_gated_reason_display",
+        help_text="Why a gated signal was gated; null otherwise.",
+    )
+    fence_at_receipt = serializers.IntegerField(
+        allow_null=True, help_text="Leave clock version at which the gate was checked on receipt."
+    )
+    fence_at_processing = serializers.IntegerField(
+        allow_null=True, help_text="Leave clock version at which the gate was checked at processing."
+    )
 
     class Meta:
         model = Signal
-        fields = ["id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "outcome", "processed_at"]
+        fields = [
+            "id",
+            "user_id",
+            "item_id",
+            "kind",
+            "weight",
+            "occurred_at",
+            "received_at",
+            "outcome",
+            "processed_at",
+            "fence_at_receipt",
+            "fence_at_processing",
+            "gated_reason",
+        ]
 
-    def get_outcome(self, signal: Signal) -> str:
-        return signal.get_outcome_display()
 
 
 class PaginatedSignalsSerializer(serializers.Serializer[Any]):

@@ -5,20 +5,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from community.cache import LeaveGate
 from community.models import CohortMember, CommunityLeave, CommunityMember
 from tidalproject import metrics
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
+from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
 from .sql import Increments, add_to_aggregates, insert_signals, lock_pending, mark_outcomes, select_by_user
 from .validation import SignalIn
 
@@ -35,35 +36,32 @@ class IngestResult:
 def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
     """Store validated signals and, once committed, enqueue the pending ones for processing.
 
-    The gate is applied here too: a signal whose user has left when it is received is
-    stored as gated at once and never queued. Processing applies the gate again, so a
-    signal is gated when its user had left by the time it was received *or* processed:
-    one received while the user was left stays gated even if a rejoin commits before a
-    worker gets to it. A signal whose idempotency key this sender used before is a
-    duplicate: not stored again.
+    The gate is checked here, on receipt, and the fence version of that check is stored with
+    every signal: a signal whose user has left is stored as gated (left at receipt, or a
+    corrupt record) and never queued. Processing checks again and also looks at every change
+    in between, so a signal is attributed only if its user was active all along. A signal
+    whose idempotency key this sender used before is a duplicate: not stored again.
     """
     with transaction.atomic():
         gate = CommunityLeave.objects.gate()
         rows = [
-            (
-                s.user_id,
-                s.item_id,
-                s.kind,
-                s.weight,
-                s.occurred_at,
-                s.idempotency_key,
-                Outcome.GATED if gate.is_left(s.user_id) else Outcome.PENDING,
-            )
+            (s.user_id, s.item_id, s.kind, s.weight, s.occurred_at, s.idempotency_key, *_receipt(gate, s.user_id))
             for s in signals
         ]
-        inserted = insert_signals(sender.pk, timezone.now(), rows)
+        inserted = insert_signals(sender.pk, timezone.now(), gate.version, rows)
         pending = [signal_id for signal_id, outcome in inserted if outcome == Outcome.PENDING]
         if pending:
-            transaction.on_commit(partial(_enqueue_after_commit, pending))
+            transaction.on_commit(partial(_enqueue_after_commit, pending), robust=True)
         transaction.on_commit(partial(_ingested, len(inserted), len(inserted) - len(pending)))
     return IngestResult(
         accepted=len(inserted), duplicates=len(rows) - len(inserted), signal_ids=[i for i, _ in inserted]
     )
+
+
+def _receipt(gate: LeaveGate, user_id: int) -> tuple[Outcome, GatedReason | None]:
+    if not gate.is_left(user_id):
+        return Outcome.PENDING, None
+    return Outcome.GATED, GatedReason.CORRUPT_RECORD if gate.is_corrupt(user_id) else GatedReason.LEFT_AT_RECEIPT
 
 
 def _ingested(accepted: int, gated: int) -> None:
@@ -82,14 +80,19 @@ def enqueue_signal_processing(signal_ids: Sequence[int]) -> None:
 
 
 def _enqueue_after_commit(signal_ids: Sequence[int]) -> None:
-    # The signals are committed: a broker that cannot be reached now is not the client's
-    # problem. They stay pending and the sweep (requeue_pending_signals) enqueues them.
-    from kombu.exceptions import OperationalError as BrokerError
-
+    # The signals are committed: 202 means stored, whatever the broker does now. Whatever
+    # goes wrong sending the tasks (a broker down, a full disk under the filesystem broker,
+    # a serializer error), the signals stay pending and the sweep enqueues them; they are
+    # marked as never sent so the sweep takes them first.
     try:
         enqueue_signal_processing(signal_ids)
-    except BrokerError:
-        logger.warning("broker unreachable: %d signals left for the sweep", len(signal_ids), exc_info=True)
+    except Exception:
+        logger.warning("could not enqueue %d stored signals: left to the sweep", len(signal_ids), exc_info=True)
+        metrics.SIGNALS_ENQUEUE_FAILED.inc(len(signal_ids))
+        try:
+            Signal.objects.filter(id__in=signal_ids, outcome=Outcome.PENDING).update(enqueued_at=None)
+        except DatabaseError:
+            logger.warning("could not mark them unsent either; the sweep still finds them by age", exc_info=True)
 
 
 @dataclass(frozen=True)
@@ -97,10 +100,14 @@ class BatchReport:
     attributed: int = 0
     gated: int = 0
     no_target: int = 0
+    failed: int = 0
 
     @property
     def processed(self) -> int:
-        return self.attributed + self.gated + self.no_target
+        return self.attributed + self.gated + self.no_target + self.failed
+
+    def __add__(self, other: BatchReport) -> BatchReport:
+        return BatchReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 def _credit(
@@ -132,9 +139,12 @@ def try_cohort_attribution(
     occurred_at: datetime,
     cohort_ids: Sequence[int],
     increments: Increments,
+    *,
+    since: int | None = None,
 ) -> Outcome:
-    """Credit the signal to every cohort of its user, unless the user has left."""
-    if gate.is_left(user_id):
+    """Credit the signal to every cohort of its user, unless the user has left (now, or at
+    any fence version after ``since``, the one the signal was received at)."""
+    if gate.is_left(user_id, since=since):
         return Outcome.GATED
     return _credit(increments, cohort_ids, item_id, kind, weight, occurred_at)
 
@@ -148,11 +158,20 @@ def try_community_forwarding(
     occurred_at: datetime,
     community_ids: Sequence[int],
     increments: Increments,
+    *,
+    since: int | None = None,
 ) -> Outcome:
-    """Forward the signal to every community of its user, unless the user has left."""
-    if gate.is_left(user_id):
+    """Forward the signal to every community of its user, unless the user has left (now,
+    or at any fence version after ``since``, the one the signal was received at)."""
+    if gate.is_left(user_id, since=since):
         return Outcome.GATED
     return _credit(increments, community_ids, item_id, kind, weight, occurred_at)
+
+
+def _gated_reason(gate: LeaveGate, user_id: int) -> GatedReason:
+    if gate.is_corrupt(user_id):
+        return GatedReason.CORRUPT_RECORD
+    return GatedReason.LEFT_AT_PROCESSING if gate.is_left(user_id) else GatedReason.LEFT_WHILE_QUEUED
 
 
 def _memberships(model: type[CommunityMember] | type[CohortMember], user_ids: set[int]) -> dict[int, list[int]]:
@@ -168,8 +187,11 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
 
     Locks them (skipping any another worker holds), syncs the leave fence once, loads the
     batch's memberships, runs the two gated steps for each signal, adds the increments to
-    the aggregates and marks each signal with its outcome. Signals already processed are
-    not touched, so running it again on the same ids changes nothing.
+    the aggregates and marks each signal with its outcome and evidence (the fence version of
+    this check, why it was gated, where it was credited). A signal is gated when its user
+    was left at any fence version from its receipt check to this one, so the outcome does not
+    depend on when a worker got to it. Signals already processed are not touched, so running
+    it again on the same ids changes nothing.
     """
     started = time.perf_counter()
     with transaction.atomic():
@@ -177,46 +199,107 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         if not rows:
             return BatchReport()
         gate = CommunityLeave.objects.gate()
-        user_ids = {row[1] for row in rows}
+        fence = gate.version
+        # Signals stored before receipt fences were recorded are checked at processing only.
+        since_by_row = [fence if row[7] is None else row[7] for row in rows]
+        earliest: dict[int, int] = {}
+        for row, since in zip(rows, since_by_row, strict=True):
+            earliest[row[1]] = min(since, earliest.get(row[1], since))
+        gate.preload(earliest)
+        user_ids = set(earliest)
         cohorts = _memberships(CohortMember, user_ids)
         communities = _memberships(CommunityMember, user_ids)
         cohort_increments: Increments = {}
         community_increments: Increments = {}
-        by_outcome: dict[Outcome, list[int]] = {Outcome.ATTRIBUTED: [], Outcome.GATED: [], Outcome.NO_TARGET: []}
+        marks: list[tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]] = []
+        counts = dict.fromkeys(Outcome, 0)
         no_targets: Sequence[int] = ()
-        for signal_id, user_id, item_id, kind, weight, occurred_at, _ in rows:
+        for (signal_id, user_id, item_id, kind, weight, occurred_at, *_), since in zip(rows, since_by_row, strict=True):
+            cohort_ids = cohorts.get(user_id, no_targets)
+            community_ids = communities.get(user_id, no_targets)
             attributed = try_cohort_attribution(
-                gate, user_id, item_id, kind, weight, occurred_at, cohorts.get(user_id, no_targets), cohort_increments
+                gate, user_id, item_id, kind, weight, occurred_at, cohort_ids, cohort_increments, since=since
             )
             forwarded = try_community_forwarding(
-                gate,
-                user_id,
-                item_id,
-                kind,
-                weight,
-                occurred_at,
-                communities.get(user_id, no_targets),
-                community_increments,
+                gate, user_id, item_id, kind, weight, occurred_at, community_ids, community_increments, since=since
             )
-            by_outcome[min(attributed, forwarded, key=_OUTCOME_RANK.__getitem__)].append(signal_id)
+            outcome = min(attributed, forwarded, key=_OUTCOME_RANK.__getitem__)
+            counts[outcome] += 1
+            if outcome == Outcome.GATED:
+                marks.append((signal_id, outcome, _gated_reason(gate, user_id), None, None))
+            elif outcome == Outcome.ATTRIBUTED:
+                marks.append((signal_id, outcome, None, community_ids, cohort_ids))
+            else:
+                marks.append((signal_id, outcome, None, None, None))
         add_to_aggregates(CohortAggregate, cohort_increments)
         add_to_aggregates(CommunityAggregate, community_increments)
         now = timezone.now()
-        mark_outcomes({int(outcome): ids for outcome, ids in by_outcome.items()}, now)
+        mark_outcomes(marks, now, fence)
         report = BatchReport(
-            attributed=len(by_outcome[Outcome.ATTRIBUTED]),
-            gated=len(by_outcome[Outcome.GATED]),
-            no_target=len(by_outcome[Outcome.NO_TARGET]),
+            attributed=counts[Outcome.ATTRIBUTED], gated=counts[Outcome.GATED], no_target=counts[Outcome.NO_TARGET]
         )
+        reasons = [GatedReason(mark[2]).label for mark in marks if mark[2] is not None]
         age = (now - min(row[6] for row in rows)).total_seconds()
-        transaction.on_commit(partial(_processed, report, time.perf_counter() - started, age))
+        transaction.on_commit(partial(_processed, report, reasons, time.perf_counter() - started, age))
     return report
 
 
-def _processed(report: BatchReport, seconds: float, age: float) -> None:
+# Errors that a retry may cure: the database went away, a deadlock, a serialization failure,
+# the fence unreadable. Anything else is a property of the signals themselves.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
+
+def process_signals_isolating_failures(*, signal_ids: Sequence[int]) -> BatchReport:
+    """``process_signals``, but a batch that fails for a reason other than a transient
+    database error is split in halves until the failing signals stand alone: the rest go
+    through, and each failing signal is marked failed with its error, out of the sweep's way.
+    Transient errors propagate, for the task to retry the whole batch."""
+    try:
+        return process_signals(signal_ids=signal_ids)
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - isolating whatever the signals themselves cause
+        if len(signal_ids) == 1:
+            return _mark_failed(signal_ids[0], exc)
+        logger.warning("signal batch of %d failed (%s): isolating the failing signals", len(signal_ids), exc)
+        middle = len(signal_ids) // 2
+        return process_signals_isolating_failures(signal_ids=signal_ids[:middle]) + process_signals_isolating_failures(
+            signal_ids=signal_ids[middle:]
+        )
+
+
+def _mark_failed(signal_id: int, exc: Exception) -> BatchReport:
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    failed = Signal.objects.filter(id=signal_id, outcome=Outcome.PENDING).update(
+        outcome=Outcome.FAILED, error=error, processed_at=timezone.now()
+    )
+    if failed:
+        logger.error("signal %d failed: %s", signal_id, error)
+        metrics.SIGNALS_PROCESSED.labels(outcome="failed", stage="worker").inc()
+    return BatchReport(failed=failed)
+
+
+def retry_failed_signals(*, signal_ids: Sequence[int] | None = None) -> int:
+    """Put failed signals (all, or those among ``signal_ids``) back to pending and enqueue
+    them: for after the cause is fixed. Returns how many."""
+    failed = Signal.objects.filter(outcome=Outcome.FAILED)
+    if signal_ids is not None:
+        failed = failed.filter(id__in=signal_ids)
+    with transaction.atomic():
+        ids = list(failed.select_for_update().order_by("id").values_list("id", flat=True))
+        Signal.objects.filter(id__in=ids).update(
+            outcome=Outcome.PENDING, error="", processed_at=None, enqueued_at=timezone.now()
+        )
+        transaction.on_commit(partial(_enqueue_after_commit, ids), robust=True)
+    return len(ids)
+
+
+def _processed(report: BatchReport, reasons: list[str], seconds: float, age: float) -> None:
     for outcome in ("attributed", "gated", "no_target"):
         if count := getattr(report, outcome):
             metrics.SIGNALS_PROCESSED.labels(outcome=outcome, stage="worker").inc(count)
+    for reason in reasons:
+        metrics.SIGNALS_GATED.labels(reason=reason).inc()
     metrics.BATCH_SECONDS.observe(seconds)
     metrics.SIGNAL_AGE_SECONDS.observe(age)
     logger.info(
@@ -234,17 +317,40 @@ def _processed(report: BatchReport, seconds: float, age: float) -> None:
 _OUTCOME_RANK = {Outcome.GATED: 0, Outcome.ATTRIBUTED: 1, Outcome.NO_TARGET: 2}
 
 
-def requeue_pending_signals(*, older_than: timedelta, limit: int = 100_000) -> int:
+@dataclass(frozen=True)
+class SweepReport:
+    enqueued: int
+    # Pending past the threshold but left alone: a task sent for them earlier may still be
+    # waiting in the queue behind a backlog.
+    deferred: int
+    queued_tasks: int | None
+
+
+def requeue_pending_signals(*, older_than: timedelta, limit: int = 100_000, force: bool = False) -> SweepReport:
     """Enqueue again the signals still pending ``older_than`` after they were received.
 
-    For a broker that lost messages: processing is idempotent, so a signal that was in fact
-    still queued is only skipped by the second task. Returns how many were enqueued.
+    For a broker that lost messages. No sweep storm: a signal whose task was never sent (or
+    whose send failed) is enqueued at once; one whose task was sent is enqueued again only
+    when the broker's queue is empty (a backlog means that task may still be waiting in it)
+    or, where the broker cannot say, once per ``older_than``. ``force`` enqueues every one of
+    them regardless. Processing is idempotent, so a task that was in fact still queued is
+    only skipped by the second one.
     """
-    cutoff = timezone.now() - older_than
-    ids = list(
-        Signal.objects.filter(outcome=Outcome.PENDING, received_at__lt=cutoff)
-        .order_by("id")
-        .values_list("id", flat=True)[:limit]
-    )
+    from tidalproject.celery import queued_task_count
+
+    now = timezone.now()
+    cutoff = now - older_than
+    queued = None if force else queued_task_count()
+    stale = Signal.objects.filter(outcome=Outcome.PENDING, received_at__lt=cutoff)
+    due = Q(enqueued_at__isnull=True)
+    if force:
+        due |= Q(enqueued_at__isnull=False)
+    elif queued is None or queued == 0:
+        due |= Q(enqueued_at__lt=cutoff)
+    with transaction.atomic():
+        ids = list(stale.filter(due).order_by("id").values_list("id", flat=True)[:limit])
+        Signal.objects.filter(id__in=ids).update(enqueued_at=now)
+    deferred = stale.exclude(due).count() if queued else 0
     enqueue_signal_processing(ids)
-    return len(ids)
+    metrics.SIGNALS_REQUEUED.inc(len(ids))
+    return SweepReport(enqueued=len(ids), deferred=deferred, queued_tasks=queued)

@@ -3,13 +3,17 @@
 PostgreSQL gets whole batches as arrays through ``unnest`` (one statement, one parameter
 per column); SQLite, the embedded default, gets multi-row VALUES. Both are upserts that
 add to what is there, which the ORM's bulk_create(update_conflicts=...) cannot express.
+
+Every value reaches the database through psycopg's adaptation (lists become typed arrays):
+never a literal written by hand. PostgreSQL reads an unquoted ``null`` inside an array
+literal as NULL, which once stalled every batch holding a signal of kind ``null``.
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
@@ -24,36 +28,8 @@ AggregateKey = tuple[int, datetime, int, str]
 Increments = dict[AggregateKey, list[Any]]
 
 
-# Arrays for PostgreSQL written as array literals by str.join: psycopg's own list adapter
-# spends ~30 ms a batch of 500 signals in Python on the same values, and `= ANY(array)`
-# parses faster than an `IN` list of 500 placeholders. Only values that need no
-# quoting go this way: integers, floats (repr), kinds (validated as [a-z0-9_]{1,32}), and
-# times as integer microseconds since the epoch, turned back into timestamps in SQL.
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_FROM_MICROS = "(timestamptz 'epoch' + {} * interval '1 microsecond')"
-
-
-def _micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
-
-
-def _ints(values: Iterable[int]) -> str:
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _floats(values: Iterable[float]) -> str:
-    return "{" + ",".join(map(repr, values)) + "}"
-
-
-def _words(values: Iterable[str]) -> str:
-    words = list(values)
-    if not all(map(_WORD.fullmatch, words)):
-        raise ValueError("an array element needs quoting; only [a-z0-9_] words are written this way")
-    return "{" + ",".join(words) + "}"
-
-
-_WORD = re.compile(r"[a-z0-9_]+")
+def _postgresql() -> bool:
+    return connection.vendor == "postgresql"
 
 
 def _sqlite_params(rows: Sequence[Sequence[Any]]) -> list[Any]:
@@ -66,40 +42,69 @@ def _chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
-def insert_signals(sender_id: int, received_at: datetime, rows: Sequence[Sequence[Any]]) -> list[tuple[int, int]]:
-    """Insert (user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome) rows.
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows to one list per column (the arrays ``unnest`` takes)."""
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
 
-    A row whose outcome is not pending is marked processed at ``received_at``. A row whose
-    idempotency key the sender already used is skipped. Returns (id, outcome) of new rows.
+
+_INSERT_COLUMNS = (
+    "sender_id, received_at, fence_at_receipt, processed_at, enqueued_at, "
+    "user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome, gated_reason"
+)
+
+
+def insert_signals(
+    sender_id: int, received_at: datetime, fence: int, rows: Sequence[Sequence[Any]]
+) -> list[tuple[int, int]]:
+    """Insert (user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome,
+    gated_reason) rows checked at fence version ``fence``.
+
+    A row whose outcome is not pending is marked processed at ``received_at``; a pending one
+    is marked enqueued then (its task is sent on commit). A row whose idempotency key the
+    sender already used is skipped. Returns (id, outcome) of new rows.
     """
     table = Signal._meta.db_table
-    columns = (
-        "sender_id, received_at, processed_at, user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome"
-    )
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if _postgresql():
             cursor.execute(
-                f"INSERT INTO {table} ({columns}) "  # noqa: S608 - table and columns are ours
-                "SELECT %s, %s, CASE WHEN u.outcome = 0 THEN NULL ELSE %s::timestamptz END, u.* "
+                f"INSERT INTO {table} ({_INSERT_COLUMNS}) "  # noqa: S608 - table and columns are ours
+                "SELECT %s, %s, %s, CASE WHEN u.outcome = 0 THEN NULL ELSE %s::timestamptz END,"
+                " CASE WHEN u.outcome = 0 THEN %s::timestamptz END, u.* "
                 "FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::float8[], %s::timestamptz[],"
-                " %s::varchar[], %s::smallint[]) AS u(user_id, item_id, kind, weight, occurred_at, key, outcome) "
+                " %s::varchar[], %s::smallint[], %s::smallint[])"
+                " AS u(user_id, item_id, kind, weight, occurred_at, key, outcome, reason) "
                 "ON CONFLICT DO NOTHING RETURNING id, outcome",
-                [sender_id, received_at, received_at, *map(list, zip(*rows, strict=True))],
+                [sender_id, received_at, fence, received_at, received_at, *_columns(rows, 8)],
             )
             return [(r[0], r[1]) for r in cursor.fetchall()]
         inserted: list[tuple[int, int]] = []
-        for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // len(columns.split(","))):
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+        width = len(_INSERT_COLUMNS.split(","))
+        for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // width):
+            values = ", ".join(["(" + ", ".join(["%s"] * width) + ")"] * len(chunk))
             params = _sqlite_params(
-                [(sender_id, received_at, None if row[-1] == 0 else received_at, *row) for row in chunk]
+                [
+                    (
+                        sender_id,
+                        received_at,
+                        fence,
+                        None if row[6] == 0 else received_at,
+                        received_at if row[6] == 0 else None,
+                        *row,
+                    )
+                    for row in chunk
+                ]
             )
             cursor.execute(
-                f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
+                f"INSERT INTO {table} ({_INSERT_COLUMNS}) VALUES {values} "  # noqa: S608
                 "ON CONFLICT DO NOTHING RETURNING id, outcome",
                 params,
             )
             inserted.extend((r[0], r[1]) for r in cursor.fetchall())
         return inserted
+
+
+def _target_column(model: type[CommunityAggregate] | type[CohortAggregate]) -> str:
+    return "community_id" if model is CommunityAggregate else "cohort_id"
 
 
 def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], increments: Increments) -> None:
@@ -111,31 +116,20 @@ def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], i
     if not increments:
         return
     table = model._meta.db_table
-    target = "community_id" if model is CommunityAggregate else "cohort_id"
+    target = _target_column(model)
     columns = f"{target}, hour, item_id, kind, count, weight_sum, last_at"
     rows = [(*key, *value) for key, value in sorted(increments.items())]
     conflict = f"ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = {table}.count + excluded.count, "
     conflict += f"weight_sum = {table}.weight_sum + excluded.weight_sum, "
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            targets, hours, items, kinds, counts, sums, lasts = zip(*rows, strict=True)
+        if _postgresql():
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) "  # noqa: S608
-                f"SELECT u.target, {_FROM_MICROS.format('u.hour')}, u.item, u.kind, u.count, u.sum,"
-                f" {_FROM_MICROS.format('u.last')} "
-                "FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::varchar[], %s::bigint[], %s::float8[],"
-                " %s::bigint[]) AS u(target, hour, item, kind, count, sum, last) "
+                "SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[], %s::varchar[], %s::bigint[],"
+                " %s::float8[], %s::timestamptz[]) "
                 + conflict
                 + f"last_at = GREATEST({table}.last_at, excluded.last_at)",
-                [
-                    _ints(targets),
-                    _ints(map(_micros, hours)),
-                    _ints(items),
-                    _words(kinds),
-                    _ints(counts),
-                    _floats(sums),
-                    _ints(map(_micros, lasts)),
-                ],
+                _columns(rows, 7),
             )
             return
         for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // 7):
@@ -148,38 +142,58 @@ def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], i
             )
 
 
-def mark_outcomes(outcomes: dict[int, list[int]], processed_at: datetime) -> None:
-    """Set each signal's outcome (outcome -> signal ids) and its processing time."""
-    table = Signal._meta.db_table
-    if connection.vendor == "postgresql":
-        ids = [signal_id for group in outcomes.values() for signal_id in group]
-        codes = [outcome for outcome, group in outcomes.items() for _ in group]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS s SET outcome = u.outcome, processed_at = %s "  # noqa: S608
-                "FROM unnest(%s::bigint[], %s::smallint[]) AS u(id, outcome) WHERE s.id = u.id",
-                [processed_at, _ints(ids), _ints(codes)],
-            )
+def _json(ids: Sequence[int] | None) -> str | None:
+    return None if ids is None else json.dumps(list(ids), separators=(",", ":"))
+
+
+def mark_outcomes(
+    outcomes: Sequence[tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]],
+    processed_at: datetime,
+    fence: int,
+) -> None:
+    """Write each signal's outcome and evidence: rows of (id, outcome, gated reason,
+    communities credited, cohorts credited), all processed at ``processed_at`` and checked
+    at fence version ``fence``."""
+    if not outcomes:
         return
-    for outcome, group in outcomes.items():
-        if group:
-            Signal.objects.filter(id__in=group).update(outcome=outcome, processed_at=processed_at)
+    table = Signal._meta.db_table
+    rows = [(i, o, r, _json(communities), _json(cohorts)) for i, o, r, communities, cohorts in outcomes]
+    with connection.cursor() as cursor:
+        if _postgresql():
+            cursor.execute(
+                f"UPDATE {table} AS s SET outcome = u.outcome, gated_reason = u.reason, "  # noqa: S608
+                "credited_communities = u.communities::jsonb, credited_cohorts = u.cohorts::jsonb, "
+                "processed_at = %s, fence_at_processing = %s "
+                "FROM unnest(%s::bigint[], %s::smallint[], %s::smallint[], %s::text[], %s::text[])"
+                " AS u(id, outcome, reason, communities, cohorts) WHERE s.id = u.id",
+                [processed_at, fence, *_columns(rows, 5)],
+            )
+            return
+        cursor.executemany(
+            f"UPDATE {table} SET outcome = %s, gated_reason = %s, credited_communities = %s, "  # noqa: S608
+            "credited_cohorts = %s, processed_at = %s, fence_at_processing = %s WHERE id = %s",
+            [
+                (o, r, c1, c2, connection.ops.adapt_datetimefield_value(processed_at), fence, i)
+                for i, o, r, c1, c2 in rows
+            ],
+        )
 
 
-_PENDING_COLUMNS = ("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at")
+_PENDING_COLUMNS = ("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "fence_at_receipt")
 
 
 def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """Lock the still-pending signals among ``signal_ids``, skipping rows another worker holds.
 
-    Rows are (id, user_id, item_id, kind, weight, occurred_at, received_at), by id.
+    Rows are (id, user_id, item_id, kind, weight, occurred_at, received_at, fence_at_receipt),
+    by id.
     """
-    if connection.vendor == "postgresql":
+    if _postgresql():
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT {', '.join(_PENDING_COLUMNS)} FROM {Signal._meta.db_table} "  # noqa: S608
                 "WHERE id = ANY(%s::bigint[]) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED",
-                [_ints(signal_ids)],
+                [list(signal_ids)],
             )
             locked: list[tuple[Any, ...]] = cursor.fetchall()
             return locked
@@ -193,11 +207,11 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
 
 def select_by_user(model: Any, target: str, user_ids: Iterable[int]) -> list[tuple[int, int]]:
     """(user_id, target id) of the membership ``model`` for ``user_ids``."""
-    if connection.vendor == "postgresql":
+    if _postgresql():
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT user_id, {target} FROM {model._meta.db_table} WHERE user_id = ANY(%s::bigint[])",  # noqa: S608
-                [_ints(user_ids)],
+                [list(user_ids)],
             )
             pairs: list[tuple[int, int]] = cursor.fetchall()
             return pairs

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
-from .services import process_signals, requeue_pending_signals
+from .services import TRANSIENT_ERRORS, process_signals_isolating_failures, requeue_pending_signals
 
 
 @shared_task(
     acks_late=True,  # a worker that dies mid-batch leaves the message to be redelivered
     reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),  # database down, deadlock, fence unreadable
+    autoretry_for=TRANSIENT_ERRORS,  # database down, deadlock, fence unreadable
     retry_backoff=True,
     retry_backoff_max=60,
     retry_jitter=True,
@@ -24,8 +25,8 @@ from .services import process_signals, requeue_pending_signals
     ignore_result=True,
 )
 def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
-    report = process_signals(signal_ids=signal_ids)
-    return {"attributed": report.attributed, "gated": report.gated, "no_target": report.no_target}
+    report = process_signals_isolating_failures(signal_ids=signal_ids)
+    return asdict(report)
 
 
 @shared_task(
@@ -36,5 +37,6 @@ def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
     time_limit=90,
     ignore_result=True,
 )
-def sweep_pending_signals() -> int:
-    return requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
+def sweep_pending_signals() -> dict[str, int | None]:
+    report = requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
+    return asdict(report)

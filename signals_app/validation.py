@@ -103,8 +103,17 @@ def _signal(item: Any, now: datetime, latest: datetime) -> tuple[SignalIn | None
     return SignalIn(user_id, item_id, kind, float(weight), occurred_at, key), errors  # type: ignore[arg-type]
 
 
-def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta) -> list[SignalIn]:
-    """Validate ``{"signals": [...]}``; raise ``ValidationError`` naming every bad field."""
+_KEY_REQUIRED = (
+    "This field is required for service accounts here (SIGNAL_REQUIRE_IDEMPOTENCY_KEYS): without it a retry"
+    " after a lost answer would store the signal twice."
+)
+
+
+def parse_signal_batch(
+    data: Any, *, now: datetime, max_skew: timedelta, require_keys: bool = False
+) -> list[SignalIn]:
+    """Validate ``{"signals": [...]}``; raise ``ValidationError`` naming every bad field.
+    With ``require_keys``, every signal needs an idempotency key."""
     if not isinstance(data, dict):
         raise ValidationError({"non_field_errors": ["Expected an object with a 'signals' list."]})
     unknown = data.keys() - {"signals"}
@@ -124,6 +133,8 @@ def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta) -> list
     errors: dict[str, dict[str, list[str]]] = {}
     for index, item in enumerate(items):
         signal, item_errors = _signal(item, now, latest)
+        if signal is not None and require_keys and signal.idempotency_key is None:
+            signal, item_errors = None, {"idempotency_key": [_KEY_REQUIRED]}
         if signal is None:
             errors[str(index)] = item_errors
         else:

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from community.permissions import ensure_may_act_on
 from community.views import USER_ID_PARAM, parse_path_user_id
-from tidalproject.api import WriteRateThrottle
+from tidalproject.api import WriteRateThrottle, is_service_account
 
 from .selectors import user_recent_signals
 from .serializers import IngestResultSerializer, PaginatedSignalsSerializer, SignalBatchSerializer, SignalOutSerializer
@@ -46,7 +46,10 @@ class SignalIngestView(APIView):
     )
     def post(self, request: Request) -> Response:
         signals = parse_signal_batch(
-            request.data, now=timezone.now(), max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS)
+            request.data,
+            now=timezone.now(),
+            max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS),
+            require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
         )
         result = ingest_signals(sender=request.user, signals=signals)
         return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_202_ACCEPTED)

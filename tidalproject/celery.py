@@ -1,6 +1,7 @@
 """The Celery application, configured from Django settings (``CELERY_`` namespace)."""
 
 import os
+from typing import Any
 
 from celery import Celery
 from celery.signals import task_prerun
@@ -19,3 +20,22 @@ def _drop_broken_connections(**_: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+def queued_task_count(queue: str | None = None) -> int | None:
+    """How many tasks wait in ``queue`` (the default queue) at the broker, or None when the
+    broker cannot say (or cannot be reached)."""
+    from kombu.exceptions import ChannelError
+
+    name = queue or app.conf.task_default_queue
+    try:
+        with app.connection_for_read() as connection:
+            connection.ensure_connection(max_retries=1)
+            try:
+                channel: Any = connection.default_channel
+                _, count, _ = channel.queue_declare(queue=name, passive=True)
+            except ChannelError:
+                return 0  # kombu's Redis transport: an empty queue has no key, so "not found"
+            return int(count)
+    except Exception:  # noqa: BLE001 - a broker that cannot answer is "unknown", not an error
+        return None

@@ -24,6 +24,11 @@ from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 
 SIGNALS_ACCEPTED = Counter("tidal_signals_accepted", "Signals stored by the API (duplicates not counted).")
 SIGNALS_PROCESSED = Counter("tidal_signals_processed", "Signals given an outcome.", ["outcome", "stage"])
+SIGNALS_GATED = Counter("tidal_signals_gated", "Signals gated, by the reason recorded.", ["reason"])
+SIGNALS_ENQUEUE_FAILED = Counter(
+    "tidal_signals_enqueue_failed", "Stored signals whose processing task could not be sent (left to the sweep)."
+)
+SIGNALS_REQUEUED = Counter("tidal_signals_requeued", "Pending signals the sweep enqueued again.")
 LEAVE_CHANGES = Counter("tidal_leave_changes", "Leave records changed.", ["action", "source"])
 FENCE_SYNCS = Counter("tidal_leave_fence_syncs", "Leave fence syncs, by what they found.", ["result"])
 CACHE_WARM_SECONDS = Histogram(

@@ -61,12 +61,31 @@ def join(user_id: int, *groups: Community | Cohort) -> None:
         group_members_add(group=group, user_ids=[user_id])
 
 
+def backdate(ids: list[int], by: timedelta) -> None:
+    """Make signals look received (and their tasks sent) ``by`` ago."""
+    from signals_app.models import Signal
+
+    moment = timezone.now() - by
+    Signal.objects.filter(pk__in=ids).update(received_at=moment, enqueued_at=moment)
+
+
 @pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[int]]]:
+def empty_queue() -> Iterator[None]:
+    """The configured broker's queue, empty before and after (no worker runs here)."""
+    from tidalproject.celery import app
+
+    app.control.purge()
+    yield
+    app.control.purge()
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch, empty_queue: None) -> Iterator[list[list[int]]]:
     """Records what would be sent to the broker instead of sending it.
 
     Only the last step, ``process_signal_batch.delay``, is replaced: the code that decides
-    what to enqueue (and splits it into batches) runs for real. No worker runs in these tests.
+    what to enqueue (and splits it into batches) runs for real. No worker runs in these tests,
+    and the real queue stays empty, as the sweep sees it when workers keep up.
     """
     from signals_app.tasks import process_signal_batch
 

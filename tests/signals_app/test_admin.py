@@ -132,3 +132,25 @@ def test_member_admin_searches_by_user_id(admin_client_, member_model, group_mod
     for term in ("10", "abc", "-101", str(2**63)):
         r = admin_client_.get(url, {"q": term})
         assert r.status_code == 200 and shown_ids(r) == [], term
+
+
+def test_signals_can_be_filtered_by_gated_reason_and_failed_ones_retried(
+    admin_client_, processed, enqueued, django_capture_on_commit_callbacks
+) -> None:
+    r = admin_client_.get(SIGNALS, {"gated_reason__exact": "1"})
+    assert r.status_code == 200
+    assert {s.pk for s in r.context["cl"].result_list} == set(processed[Outcome.GATED])
+    failed = processed[Outcome.NO_TARGET][0]
+    Signal.objects.filter(pk=failed).update(outcome=Outcome.FAILED, error="ProgrammingError: boom")
+    r = admin_client_.get(SIGNALS, {"outcome__exact": str(int(Outcome.FAILED))})
+    assert [s.pk for s in r.context["cl"].result_list] == [failed]
+    with django_capture_on_commit_callbacks(execute=True):
+        r = admin_client_.post(SIGNALS, {"action": "retry_failed", "_selected_action": [failed]}, follow=True)
+    assert "1 failed signal(s) put back to pending and enqueued." in r.content.decode()
+    assert Signal.objects.get(pk=failed).outcome == Outcome.PENDING and enqueued == [[failed]]
+
+
+def test_retrying_needs_the_change_permission(processed) -> None:
+    viewer = UserFactory(is_staff=True, perms=["signals_app.view_signal"])
+    r = logged_in(viewer).get(SIGNALS)
+    assert r.status_code == 200 and "retry_failed" not in r.content.decode()

@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.utils import timezone
 
 from community.models import Cohort, CohortMember, Community, CommunityLeave, CommunityMember
 from signals_app.models import Outcome, Signal
-from tests.signals_app.conftest import ingest, sig
+from tests.signals_app.conftest import backdate, ingest, sig
 
 pytestmark = pytest.mark.django_db
 
@@ -116,7 +115,7 @@ def test_a_missing_file_is_a_command_error(db, tmp_path) -> None:
 
 def test_requeue_command_prints_how_many_it_enqueued(sender, enqueued) -> None:
     old = ingest(sender, sig(1), sig(2), sig(3))
-    Signal.objects.filter(pk__in=old).update(received_at=timezone.now() - timedelta(minutes=30))
+    backdate(old, timedelta(minutes=30))
     ingest(sender, sig(4))
     assert run("requeue_pending_signals", "--older-than", "600").strip() == "enqueued 3 pending signal(s)"
     assert enqueued == [old]

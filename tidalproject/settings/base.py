@@ -85,6 +85,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+    # A database that does not answer makes a request or a task fail fast (and retry), instead
+    # of hanging a web worker past its timeout or a Celery child past its start-up limit.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -154,6 +159,9 @@ SPECTACULAR_SETTINGS = {
 
 # Accounts in this group are service accounts: their writes use the service_write rate.
 SERVICE_ACCOUNT_GROUP = env.str("SERVICE_ACCOUNT_GROUP", default="service-accounts")
+# Exactly once over an unreliable network needs idempotency keys: a client that lost the
+# answer to a 202 cannot tell whether its batch was stored. Require them of service accounts.
+SIGNAL_REQUIRE_IDEMPOTENCY_KEYS = env.bool("SIGNAL_REQUIRE_IDEMPOTENCY_KEYS", default=False)
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")

@@ -23,7 +23,16 @@ class Command(BaseCommand):
             help="Seconds since a signal was received (default: SIGNAL_SWEEP_AFTER_SECONDS).",
         )
         parser.add_argument("--limit", type=int, default=100_000, help="At most this many signals (default 100000).")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Also those whose task was sent and may still wait in the queue (by default they are "
+            "enqueued again only once the queue is empty).",
+        )
 
-    def handle(self, *args: Any, older_than: float, limit: int, **options: Any) -> None:
-        count = requeue_pending_signals(older_than=timedelta(seconds=older_than), limit=limit)
-        self.stdout.write(f"enqueued {count} pending signal(s)")
+    def handle(self, *args: Any, older_than: float, limit: int, force: bool, **options: Any) -> None:
+        report = requeue_pending_signals(older_than=timedelta(seconds=older_than), limit=limit, force=force)
+        line = f"enqueued {report.enqueued} pending signal(s)"
+        if report.deferred:
+            line += f"; {report.deferred} left alone: {report.queued_tasks} task(s) still queued (--force to send)"
+        self.stdout.write(line)
