@@ -190,6 +190,30 @@ class Deployment:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
+    def pause(self, name: str) -> None:
+        """SIGSTOP the process ``name`` (its whole group): it keeps its state, takes no work."""
+        os.killpg(self.procs[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGCONT)
+
+    def workers(self) -> list[str]:
+        return [name for name in self.procs if name.startswith("worker")]
+
+    def verify_stop_forward(self) -> tuple[bool, str]:
+        """``manage.py verify_stop_forward`` on the deployment's data: (passed, what it said)."""
+        done = subprocess.run(
+            [PYTHON, "manage.py", "verify_stop_forward", "--no-progress"],
+            cwd=PROJECT_DIR,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        said = (done.stdout.strip().splitlines() or [""])[-1]
+        named = [line for line in done.stderr.splitlines() if line.startswith("counterexample")]
+        return done.returncode == 0, "; ".join([said, *named[:5]])
+
     def stop_process(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:

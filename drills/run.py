@@ -23,7 +23,16 @@ from typing import Any
 
 from drills.deployment import PROJECT_DIR, Deployment
 
-DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input"]
+DRILLS = [
+    "stop_forward",
+    "worker_crash",
+    "broker_loss",
+    "database_outage",
+    "leave_storm",
+    "hostile_input",
+    "restore",
+    "backlog",
+]
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -37,10 +46,15 @@ def run_one(name: str, *, full: bool) -> dict[str, Any]:
     started = time.monotonic()
     restarts: dict[str, int] = {}
     try:
-        # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ...
-        with Deployment(name=f"tidal_drill_{name}", broker_db=2 + 2 * DRILLS.index(name)) as dep:
+        # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ... 12-13, then
+        # again from 2 (drills run one after another, and each flushes its databases first).
+        with Deployment(name=f"tidal_drill_{name}", broker_db=2 + 2 * (DRILLS.index(name) % 6)) as dep:
             result = as_dict(module.drill(dep, full=full))
             restarts = dep.restarts
+            # Whatever the drill did, the stored data must prove the promise.
+            verified, said = dep.verify_stop_forward()
+            result["verify_stop_forward"] = said
+            result["passed"] = result["passed"] and verified
     except Exception as exc:  # noqa: BLE001 - a drill that crashes is a failed drill, reported
         result = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
     result["wall_seconds"] = round(time.monotonic() - started, 1)
@@ -79,6 +93,8 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
         "leave_storm": f"{result.get('changes', 0):,} changes",
         "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
+        "restore": f"restored to version {result.get('dump_version', '?')} under {result.get('processes', 0)} procs",
+        "backlog": f"{result.get('backlog_seconds', 0):g} s backlog, {result.get('sweeps', 0)} sweeps",
     }.get(name, "")
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"

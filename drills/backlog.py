@@ -1,0 +1,90 @@
+"""Drill 8: a backlog longer than the sweep threshold, and no sweep storm.
+
+The workers are paused (SIGSTOP: they keep their state and take no work) while clients keep
+posting signals for longer than SIGNAL_SWEEP_AFTER_SECONDS, and the sweep runs as beat would
+(every SIGNAL_SWEEP_EVERY_SECONDS, in a process of its own, since the paused workers would
+not take beat's task). Every signal's task is still in the queue, so the sweep must send
+none again. Then the workers resume and drain the queue; the tasks enqueued per signal are
+reported. Afterwards a sweep finds nothing to do, and nothing was lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.checks import SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
+from drills.client import Client
+from drills.deployment import Deployment
+
+SWEEP_LINE = re.compile(r"enqueued (\d+) pending signal\(s\)(?:; (\d+) left alone)?")
+
+
+@dataclass
+class BacklogResult:
+    backlog_seconds: float
+    sweeps: int
+    accepted: int
+    enqueued_by_sweeps: int
+    deferred_by_last_sweep: int
+    tasks_enqueued_per_signal: float
+    drain_seconds: float
+    sweep_after_drain: int
+    checks: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        c = self.checks
+        return (
+            self.sweeps >= 2
+            and self.enqueued_by_sweeps == 0
+            and self.deferred_by_last_sweep > 0
+            and self.sweep_after_drain == 0
+            and c["aggregates_match"]
+            and not (c["missing"] or c["duplicated"] or c["pending"])
+        )
+
+
+def _sweep(dep: Deployment) -> tuple[int, int]:
+    match = SWEEP_LINE.search(dep.manage("requeue_pending_signals"))
+    assert match, "the sweep said nothing recognisable"
+    return int(match[1]), int(match[2] or 0)
+
+
+def drill(dep: Deployment, *, full: bool) -> BacklogResult:
+    client = Client(dep.url, dep.token)
+    users = list(range(70_000, 70_040))
+    targets = setup_targets(dep, client, users)
+    seconds = 300.0 if full else 20.0
+    every = float(dep.env["SIGNAL_SWEEP_EVERY_SECONDS"])
+    enqueued = sweeps = deferred = 0
+    for name in dep.workers():
+        dep.pause(name)
+    started = time.monotonic()
+    try:
+        with SignalLoad(client, users, threads=1, batch=50) as load:
+            while time.monotonic() - started < seconds:
+                time.sleep(every)
+                sent, deferred = _sweep(dep)
+                enqueued += sent
+                sweeps += 1
+    finally:
+        for name in dep.workers():
+            dep.resume(name)
+    backlog = time.monotonic() - started
+    drain = wait_until_processed(dep, timeout=600)
+    after, _ = _sweep(dep)
+    accepted = len(load.sent)
+    return BacklogResult(
+        backlog_seconds=round(backlog, 1),
+        sweeps=sweeps,
+        accepted=accepted,
+        enqueued_by_sweeps=enqueued,
+        deferred_by_last_sweep=deferred,
+        tasks_enqueued_per_signal=round((accepted + enqueued) / max(accepted, 1), 3),
+        drain_seconds=round(drain, 1),
+        sweep_after_drain=after,
+        checks=check_nothing_lost(dep, load, targets),
+    )
