@@ -136,8 +136,9 @@ def create(conn: psycopg.Connection[Any], shape: Shape, sender_id: int) -> Datas
     return data
 
 
-def load_pending(conn: psycopg.Connection[Any], data: Dataset) -> None:
-    """Empty the signals and both aggregates, then load every signal as pending, same ids.
+def load_pending(conn: psycopg.Connection[Any], data: Dataset, *, fence: int | None = None) -> None:
+    """Empty the signals and both aggregates, then load every signal as pending, same ids,
+    received at leave clock version ``fence`` (None: no receipt fence, as before it existed).
 
     VACUUM ANALYZE and a CHECKPOINT after it: each run starts from a settled table with
     clean buffers, and none pays for the writes of the run before it.
@@ -147,12 +148,14 @@ def load_pending(conn: psycopg.Connection[Any], data: Dataset) -> None:
         cursor.execute(
             f"TRUNCATE {SIGNAL_TABLE}, {COMMUNITY_AGGREGATE_TABLE}, {COHORT_AGGREGATE_TABLE} RESTART IDENTITY"
         )
-        columns = "id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at, outcome"
+        columns = "id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at, outcome, fence_at_receipt"
         with cursor.copy(f"COPY {SIGNAL_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "int4", "int8", "int8", "varchar", "float8", "timestamptz", "timestamptz", "int2"])
+            types = ["int8", "int4", "int8", "int8", "varchar", "float8", "timestamptz", "timestamptz", "int2", "int8"]
+            copy.set_types(types)
             sender, pending = data.sender_id, Outcome.PENDING.value
             for signal_id, user_id, item_id, kind, weight, occurred_at in data.signals:
-                copy.write_row((signal_id, sender, user_id, item_id, kind, weight, occurred_at, received, pending))
+                row = (signal_id, sender, user_id, item_id, kind, weight, occurred_at, received, pending, fence)
+                copy.write_row(row)
         cursor.execute(f"SELECT setval(pg_get_serial_sequence('{SIGNAL_TABLE}', 'id'), %s)", (len(data.signals),))
         for table in (SIGNAL_TABLE, COMMUNITY_AGGREGATE_TABLE, COHORT_AGGREGATE_TABLE):
             cursor.execute(f"VACUUM ANALYZE {table}")

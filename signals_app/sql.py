@@ -32,6 +32,21 @@ def _postgresql() -> bool:
     return connection.vendor == "postgresql"
 
 
+def _cursor() -> Any:
+    """A cursor for the batch statements. On PostgreSQL one that binds on the server: the
+    arrays go as typed parameters dumped by psycopg's C adapters, where Django's default
+    client-side binding would quote every element into the query text in Python (about
+    30 ms a batch of 500 signals). Same connection, same transaction, Django's execute
+    wrappers still apply; no statement is prepared (Django's default), so a pooler in
+    transaction mode is fine with it."""
+    if not _postgresql():
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+
+
 def _sqlite_params(rows: Sequence[Sequence[Any]]) -> list[Any]:
     """Flatten rows, with datetimes in the text form Django's SQLite backend stores."""
     adapt = connection.ops.adapt_datetimefield_value
@@ -64,7 +79,7 @@ def insert_signals(
     sender already used is skipped. Returns (id, outcome) of new rows.
     """
     table = Signal._meta.db_table
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if _postgresql():
             cursor.execute(
                 f"INSERT INTO {table} ({_INSERT_COLUMNS}) "  # noqa: S608 - table and columns are ours
@@ -121,7 +136,7 @@ def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], i
     rows = [(*key, *value) for key, value in sorted(increments.items())]
     conflict = f"ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = {table}.count + excluded.count, "
     conflict += f"weight_sum = {table}.weight_sum + excluded.weight_sum, "
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if _postgresql():
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) "  # noqa: S608
@@ -158,7 +173,7 @@ def mark_outcomes(
         return
     table = Signal._meta.db_table
     rows = [(i, o, r, _json(communities), _json(cohorts)) for i, o, r, communities, cohorts in outcomes]
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         if _postgresql():
             cursor.execute(
                 f"UPDATE {table} AS s SET outcome = u.outcome, gated_reason = u.reason, "  # noqa: S608
@@ -189,7 +204,7 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
     by id.
     """
     if _postgresql():
-        with connection.cursor() as cursor:
+        with _cursor() as cursor:
             cursor.execute(
                 f"SELECT {', '.join(_PENDING_COLUMNS)} FROM {Signal._meta.db_table} "  # noqa: S608
                 "WHERE id = ANY(%s::bigint[]) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED",
@@ -208,7 +223,7 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
 def select_by_user(model: Any, target: str, user_ids: Iterable[int]) -> list[tuple[int, int]]:
     """(user_id, target id) of the membership ``model`` for ``user_ids``."""
     if _postgresql():
-        with connection.cursor() as cursor:
+        with _cursor() as cursor:
             cursor.execute(
                 f"SELECT user_id, {target} FROM {model._meta.db_table} WHERE user_id = ANY(%s::bigint[])",  # noqa: S608
                 [list(user_ids)],

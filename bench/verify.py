@@ -1,0 +1,233 @@
+"""Time and memory of ``verify_stop_forward`` on a large table of signals.
+
+    python bench/verify.py                      # 10,000,000 signals (several minutes)
+    python bench/verify.py --signals 1000000    # any size
+    python bench/verify.py --no-write           # print only
+
+Creates its own PostgreSQL database (tidal_bench_verify), fills it in SQL (generate_series:
+users, their leaves in the history, signals with their fences, outcomes, reasons and
+credits, and the aggregates those signals add up to), runs the verifier in this process, and
+drops the database at the end, also on error, Ctrl-C or SIGTERM. Writes its section of
+BENCHMARKS.md. The data has every case the verifier checks: users who never left (their
+signals attributed to 3 communities and 2 cohorts), and users who left at a version inside,
+before or after each signal's fence window (gated at receipt, gated at processing, or
+attributed). Exits 1 if the verifier does not pass on this consistent data, or passes on a
+copy with one aggregate and one outcome altered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DATABASE = "tidal_bench_verify"
+START, END = "<!-- verify:start -->", "<!-- verify:end -->"
+
+USERS = 1_000_000
+LEAVERS = 100_000  # users 1..LEAVERS left at version = their id
+WINDOW = 10  # each signal's processing fence is its receipt fence + WINDOW
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--signals", type=int, default=10_000_000, help="signals (default 10,000,000)")
+    parser.add_argument("--server", default="postgres://127.0.0.1:5432")
+    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    return parser.parse_args(argv)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(1)
+
+
+def fill(conn: Any, signals: int) -> None:
+    """Users' leaves, signals, and the aggregates they add up to, all made by the database."""
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO community_community (slug, name, created_at) "
+            "SELECT 'c' || n, 'c' || n, now() FROM generate_series(1, 200) n"
+        )
+        cursor.execute(
+            "INSERT INTO community_cohort (slug, name, created_at) "
+            "SELECT 'k' || n, 'k' || n, now() FROM generate_series(1, 50) n"
+        )
+        # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
+        cursor.execute(
+            "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at) "
+            "SELECT u, u, 'leave', '\\x01'::bytea || int8send(u)::bytea, '', 'command', now() "
+            "FROM generate_series(1, %s) u",
+            [LEAVERS],
+        )
+        cursor.execute(
+            "INSERT INTO community_communityleave (user_id, value) SELECT user_id, value FROM community_leavehistory"
+        )
+        cursor.execute("UPDATE community_leaveclock SET version = %s", [LEAVERS])
+        cursor.execute("SELECT id FROM auth_user LIMIT 1")
+        sender = cursor.fetchone()
+        if sender is None:
+            cursor.execute(
+                "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email, is_staff,"
+                " is_active, date_joined) VALUES ('!', false, 'bench', '', '', '', false, true, now()) RETURNING id"
+            )
+            sender = cursor.fetchone()
+        # A signal's user is (id mod USERS) + 1, its receipt fence id mod LEAVERS, processing
+        # fence WINDOW later. A leaver whose leave version is at or before the receipt fence
+        # was left at receipt; one whose leave falls in the window, left at processing;
+        # otherwise (and for users who never left) the signal is attributed.
+        cursor.execute(
+            """
+            INSERT INTO signals_app_signal (id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at,
+                processed_at, fence_at_receipt, fence_at_processing, outcome, gated_reason,
+                credited_communities, credited_cohorts, error)
+            SELECT s.id, %(sender)s, s.u, s.id %% 1000, (ARRAY['view','like','share'])[1 + s.id %% 3], 1 + s.id %% 4,
+                   s.at, s.at, s.at, s.r,
+                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r THEN NULL ELSE s.r + %(window)s END,
+                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN 2 ELSE 1 END,
+                   CASE WHEN s.u > %(leavers)s OR s.u > s.r + %(window)s THEN NULL
+                        WHEN s.u <= s.r THEN 1 ELSE 3 END,
+                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
+                        ELSE jsonb_build_array(1 + s.u %% 200, 1 + (s.u + 67) %% 200, 1 + (s.u + 133) %% 200) END,
+                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
+                        ELSE jsonb_build_array(1 + s.u %% 50, 1 + (s.u + 25) %% 50) END,
+                   ''
+            FROM (
+                SELECT n AS id, 1 + n %% %(users)s AS u, n %% %(leavers)s AS r,
+                       now() - make_interval(secs => (n %% 259200)) AS at
+                FROM generate_series(1, %(signals)s) n
+            ) s
+            """,
+            {"sender": sender[0], "leavers": LEAVERS, "window": WINDOW, "users": USERS, "signals": signals},
+        )
+        cursor.execute("SELECT setval(pg_get_serial_sequence('signals_app_signal', 'id'), %s)", [signals])
+        for table, column, credited in (
+            ("signals_app_communityaggregate", "community_id", "credited_communities"),
+            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
+        ):
+            cursor.execute(
+                f"INSERT INTO {table} ({column}, hour, item_id, kind, count, weight_sum, last_at) "
+                "SELECT c.target::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
+                " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) "
+                f"FROM signals_app_signal s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(target) "
+                "WHERE s.outcome = 1 GROUP BY 1, 2, 3, 4"
+            )
+        for table in ("signals_app_signal", "signals_app_communityaggregate", "signals_app_cohortaggregate"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+        cursor.execute("VACUUM ANALYZE community_leavehistory")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    server = args.server.rstrip("/")
+    database_url = f"{server}/{DATABASE}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tidalproject.settings.dev"
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DEBUG", "false")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    sys.path.insert(0, str(PROJECT_DIR))
+
+    import django
+    import psycopg
+
+    def admin(sql: str) -> None:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(sql)
+
+    admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+    admin(f"CREATE DATABASE {DATABASE}")
+    try:
+        django.setup()
+        from django.core.management import call_command
+        from django.db import connections
+
+        from bench import report
+        from signals_app.models import CommunityAggregate, Outcome, Signal
+        from signals_app.verification import verify_stop_forward
+
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            fill(conn, args.signals)
+        filled = time.perf_counter() - started
+        print(f"filled {args.signals:,} signals in {filled:.1f} s", flush=True)
+
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        result = verify_stop_forward(progress=True)
+        seconds = time.perf_counter() - started
+        rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        checks = [
+            (result.passed, f"the verifier passes on consistent data ({result.counterexamples} counterexamples)"),
+            (result.signals_checked == args.signals, f"it checked every signal ({result.signals_checked:,})"),
+        ]
+        # The same run must fail, naming both, once an aggregate and an outcome are altered.
+        aggregate = CommunityAggregate.objects.order_by("id").first()
+        assert aggregate is not None
+        CommunityAggregate.objects.filter(pk=aggregate.pk).update(count=aggregate.count + 1)
+        gated = Signal.objects.filter(outcome=Outcome.GATED, gated_reason=3).order_by("id").first()
+        assert gated is not None
+        Signal.objects.filter(pk=gated.pk).update(outcome=Outcome.ATTRIBUTED, gated_reason=None)
+        altered = verify_stop_forward(progress=False, since=None)
+        named = "\n".join(altered.named)
+        checks.append(
+            (
+                altered.counterexamples == 2 and f"signal {gated.pk} " in named and "aggregate community" in named,
+                "it fails on an altered aggregate and an altered outcome, naming both",
+            )
+        )
+    finally:
+        from django.apps import apps
+
+        if apps.ready:
+            connections.close_all()
+        admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+    passed = all(ok for ok, _ in checks)
+    rows = [
+        report.Row(
+            f"verify_stop_forward over {args.signals:,} signals ({result.attributed:,} attributed, "
+            f"{result.gated:,} gated), {LEAVERS:,} history rows, {result.aggregate_rows_checked:,} aggregate rows",
+            f"{seconds:,.1f} s ({args.signals / seconds:,.0f} signals/s)",
+            "",
+            "",
+        ),
+        report.Row(
+            "peak resident memory of the verifying process (ru_maxrss)",
+            f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
+            "",
+            "",
+        ),
+    ]
+    command = "python bench/verify.py" + (f" --signals {args.signals}" if args.signals != 10_000_000 else "")
+    print(report.text_table("VERIFIER", rows))
+    for ok, what in checks:
+        print(f"{'ok' if ok else 'CHECK FAILED'}: {what}")
+    if not args.no_write:
+        lines = [
+            f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}",
+            "",
+            "```",
+            command,
+            "```",
+            "",
+            report.markdown_table(rows),
+            "",
+            *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks),
+            f"- data made in the database in {filled:,.0f} s (not part of the figure above)",
+        ]
+        report.write_section(args.output, "\n".join(lines), start=START, end=END)
+        print(f"results written to {args.output}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
