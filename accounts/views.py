@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
+from django.contrib.auth.signals import user_logged_in
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -49,5 +50,8 @@ class ObtainToken(APIView):
             raise serializers.ValidationError(
                 {"non_field_errors": ["Unable to log in with provided credentials."]}, code="authorization"
             )
+        # As a session log-in does (and knox's own LoginView): last_login, axes' access log,
+        # and the account's earlier failures from this address are forgiven.
+        user_logged_in.send(sender=type(user), request=request._request, user=user)
         instance, token = token_issue(user=user)
         return Response(IssuedTokenSerializer({"token": token, "expiry": instance.expiry}).data)
