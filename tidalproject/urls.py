@@ -24,7 +24,11 @@ urlpatterns = [
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="accounts/swagger_ui.html"),
+        name="docs",
+    ),
     path("api/auth/token/", ObtainToken.as_view(), name="api-token"),
     path("api/auth/", include("rest_framework.urls")),
 ]
