@@ -23,7 +23,15 @@ from typing import Any
 
 from drills.deployment import PROJECT_DIR, Deployment
 
-DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input"]
+DRILLS = [
+    "stop_forward",
+    "worker_crash",
+    "broker_loss",
+    "database_outage",
+    "leave_storm",
+    "hostile_input",
+    "auth_attacks",
+]
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -79,7 +87,10 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
         "leave_storm": f"{result.get('changes', 0):,} changes",
         "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
+        "auth_attacks": f"{result.get('attempts', 0):,} attempts, {result.get('lockouts', 0)} lockouts",
     }.get(name, "")
+    if name == "auth_attacks":
+        lost = f"{result.get('attacker_log_ins', '?')} attacker log-ins; {result.get('refused', 0):,} refused"
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
     return load, faults, lost
