@@ -27,8 +27,8 @@ import psycopg
 import redis
 from django.conf import settings
 from django.contrib.auth.models import Group, Permission
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_issue
 from bench import pipeline_data, pipeline_floor, tools
 from bench.pipeline_data import SIGNAL_TABLE, Dataset, Expected, Written
 from bench.pipeline_probe import CountingGate, Probe, top_functions
@@ -456,7 +456,7 @@ class PipelineBench:
     def ingest(self) -> None:
         opts = self.options
         sender = self.ingest_sender()
-        token = Token.objects.get_or_create(user=sender)[0].key
+        token = token_issue(user=sender)[1]
 
         progress(f"ingest floor: {opts.ingest_clients} clients inserting with psycopg for {opts.ingest_seconds:g} s")
         self.empty_signals()

@@ -333,11 +333,16 @@ SERVICE_PERMISSIONS = (
 
 
 def create_service_account(*, username: str, perms: Iterable[str]) -> str:
-    """Create or update a service account with exactly ``perms``; returns its API token."""
+    """Create or update a service account with exactly ``perms``; returns a new API token.
+
+    Each call issues a new token (only its hash is stored, so an old one cannot be shown
+    again); the account's earlier tokens keep working until they expire or are revoked.
+    """
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group, Permission
-    from rest_framework.authtoken.models import Token
+
+    from accounts.services import token_issue
 
     wanted = []
     for label in perms:
@@ -351,5 +356,5 @@ def create_service_account(*, username: str, perms: Iterable[str]) -> str:
         group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
         user.groups.add(group)
         user.user_permissions.set(wanted)
-        token, _ = Token.objects.get_or_create(user=user)
-    return str(token.key)
+        _, token = token_issue(user=user)
+    return token

@@ -83,6 +83,10 @@ class Deployment:
             "SIGNAL_SWEEP_EVERY_SECONDS": str(sweep_every),
             "THROTTLE_WRITE_RATE": "100000/minute",
             "THROTTLE_SERVICE_WRITE_RATE": "1000000/minute",
+            # The lockout, not the log-in throttle, is what auth_attacks tries; and as behind a
+            # proxy that sets X-Real-IP, so that one machine can play clients at many addresses.
+            "THROTTLE_LOGIN_RATE": "100000/minute",
+            "CLIENT_IP_HEADER": "X-Real-IP",
             "CONN_MAX_AGE": "0",
             "PYTHONPATH": str(PROJECT_DIR),
         }

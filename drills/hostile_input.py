@@ -78,11 +78,11 @@ FRESH = 7_800_000_000  # user ids above this are used once each, so that any wri
 MAKE_ACCOUNTS = """
 import json
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from accounts.services import token_issue
 accounts = {}
 for name in ("hostile-plain", "hostile-other"):
     user, _ = get_user_model().objects.get_or_create(username=name)
-    accounts[name] = [user.pk, Token.objects.get_or_create(user=user)[0].key]
+    accounts[name] = [user.pk, token_issue(user=user)[1]]
 print(json.dumps(accounts))
 """
 

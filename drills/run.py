@@ -32,6 +32,7 @@ DRILLS = [
     "hostile_input",
     "restore",
     "backlog",
+    "auth_attacks",
 ]
 
 
@@ -95,7 +96,10 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
         "restore": f"restored to version {result.get('dump_version', '?')} under {result.get('processes', 0)} procs",
         "backlog": f"{result.get('backlog_seconds', 0):g} s backlog, {result.get('sweeps', 0)} sweeps",
+        "auth_attacks": f"{result.get('attempts', 0):,} attempts, {result.get('lockouts', 0)} lockouts",
     }.get(name, "")
+    if name == "auth_attacks":
+        lost = f"{result.get('attacker_log_ins', '?')} attacker log-ins; {result.get('refused', 0):,} refused"
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
     return load, faults, lost

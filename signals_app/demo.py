@@ -31,8 +31,8 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
     """Demo data through the real services; ``None`` when it is already there."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Permission
-    from rest_framework.authtoken.models import Token
 
+    from accounts.services import token_issue
     from community.models import Cohort, Community
     from community.services import bulk_leave_community_layer, group_members_add
 
@@ -41,7 +41,7 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
     rng = random.Random(seed)  # noqa: S311 - demo data, not secrets
     service, _ = get_user_model().objects.get_or_create(username="demo-service")
     service.user_permissions.add(Permission.objects.get(content_type__app_label="signals_app", codename="add_signal"))
-    token, _ = Token.objects.get_or_create(user=service)
+    _, token = token_issue(user=service)
     user_ids = list(range(1000, 1000 + users))
     communities = [Community.objects.create(slug=s, name=n) for s, n in DEMO_COMMUNITIES.items()]
     cohorts = [Cohort.objects.create(slug=s, name=n) for s, n in DEMO_COHORTS.items()]
@@ -70,5 +70,5 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
         users=users,
         left=len(left),
         signals=signals,
-        token=token.key,
+        token=token,
     )

@@ -73,7 +73,6 @@ class SignalOutSerializer(serializers.ModelSerializer[Signal]):
         ]
 
 
-
 class PaginatedSignalsSerializer(serializers.Serializer[Any]):
     count = serializers.IntegerField()
     next = serializers.URLField(allow_null=True)

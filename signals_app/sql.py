@@ -41,10 +41,11 @@ def _cursor() -> Any:
     transaction mode is fine with it."""
     if not _postgresql():
         return connection.cursor()
-    from django.db.backends.postgresql.base import ServerBindingCursor
+    from django.db.backends.postgresql import base  # the psycopg backend (no stubs for its cursors)
 
     connection.ensure_connection()
-    return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+    binding_cursor = base.ServerBindingCursor(connection.connection)  # type: ignore[attr-defined]
+    return connection._prepare_cursor(binding_cursor)  # type: ignore[attr-defined]
 
 
 def _sqlite_params(rows: Sequence[Sequence[Any]]) -> list[Any]:

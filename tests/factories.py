@@ -32,3 +32,10 @@ def service_account(**kwargs: Any) -> Any:
     group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
     user.groups.add(group)
     return user
+
+
+def api_token(user: Any) -> str:
+    """A new API token for ``user``, as the log-in endpoint or a command would issue it."""
+    from accounts.services import token_issue
+
+    return token_issue(user=user)[1]

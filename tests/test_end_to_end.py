@@ -13,13 +13,12 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 
 from community.models import Cohort, Community
 from community.services import group_members_add
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from tests.conftest import PROJECT_DIR, PYTHON, child_env
-from tests.factories import UserFactory
+from tests.factories import UserFactory, api_token
 from tests.processes import Worker, http, wait_for
 from tidalproject.celery import app as celery_app
 
@@ -36,7 +35,7 @@ def token() -> str:
             "community.view_communityleave",
         ]
     )
-    return Token.objects.create(user=service).key
+    return api_token(service)
 
 
 @pytest.fixture

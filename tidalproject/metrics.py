@@ -42,6 +42,12 @@ BATCH_SECONDS = Histogram(
     "Time to process one batch of signals.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+LOGIN_FAILURES = Counter(
+    "tidal_login_failures",
+    "Refused log-ins, by door (admin, api) and reason (credentials, or locked: refused during a lockout).",
+    ["entry", "reason"],
+)
+LOGIN_LOCKOUTS = Counter("tidal_login_lockouts", "Lockouts of an account from a client address, by door.", ["entry"])
 SIGNAL_AGE_SECONDS = Histogram(
     "tidal_signal_age_seconds",
     "From a signal's receipt to its processing (the oldest of each batch).",

@@ -1,28 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.parsers import FormParser, MultiPartParser
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
-from rest_framework.throttling import AnonRateThrottle
 
+from accounts.views import ObtainToken
 from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
 from signals_app.views import SignalIngestView, UserSignalsView
 from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
-from tidalproject.parsers import JSONParser
-
-
-class TokenLoginThrottle(AnonRateThrottle):
-    scope = "login"
-
-
-class ObtainToken(ObtainAuthToken):
-    """POST username and password, get the account's API token."""
-
-    throttle_classes = [TokenLoginThrottle]
-    parser_classes = [FormParser, MultiPartParser, JSONParser]
-
 
 router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
@@ -39,7 +24,11 @@ urlpatterns = [
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="accounts/swagger_ui.html"),
+        name="docs",
+    ),
     path("api/auth/token/", ObtainToken.as_view(), name="api-token"),
     path("api/auth/", include("rest_framework.urls")),
 ]

@@ -133,7 +133,7 @@ def test_operator_finds_a_user_and_uses_the_buttons_of_the_user_page(
     shot("leave-confirmation")
     assert not CommunityLeave.objects.filter(pk=USER).exists()  # asking wrote nothing
     page.click("#confirm-button")
-    expect(page.locator("ul.messagelist")).to_contain_text(f"User {USER} is now left.")
+    expect(page.locator("ul.messagelist")).to_contain_text(f"User {USER} is now left (version 1).")
     expect(page.locator("#record-status")).to_have_text("left")
     expect(page.locator("#history tr.history-row")).to_have_count(1)
     shot("user-left")

@@ -11,13 +11,13 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from rest_framework.authtoken.models import Token
+from django.test import RequestFactory
 from rest_framework.test import APIClient
 
 from community.membership import MembershipStatus, serialize_membership
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.services import leave_community_layer
-from tests.factories import UserFactory, service_account
+from tests.factories import UserFactory, api_token, service_account
 
 pytestmark = pytest.mark.django_db
 
@@ -396,29 +396,28 @@ def test_member_may_use_every_endpoint_on_their_own_id(api, member, endpoint) ->
 
 
 def test_token_auth_works(api, member) -> None:
-    token = Token.objects.create(user=member)
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {api_token(member)}")
     assert call(api, LEAVE, member.pk).json()["status"] == "left"
     assert call(api, STATUS, member.pk).json()["status"] == "left"
     assert LeaveHistory.objects.get().actor_id == member.pk
 
 
 def test_a_wrong_token_is_401(api, member) -> None:
-    Token.objects.create(user=member)
-    api.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    api_token(member)
+    api.credentials(HTTP_AUTHORIZATION="Token " + "0" * 64)
     assert call(api, LEAVE, member.pk).status_code == 401
     assert written() == ([], 0, 0)
 
 
 def test_session_auth_works(api, member) -> None:
-    assert api.login(username=member.username, password="pw-for-tests")
+    assert api.login(request=RequestFactory().post("/"), username=member.username, password="pw-for-tests")
     assert call(api, LEAVE, member.pk).json()["status"] == "left"
     assert call(api, STATUS, member.pk).json()["status"] == "left"
 
 
 def test_session_write_without_csrf_token_is_refused(member) -> None:
     client = APIClient(enforce_csrf_checks=True)
-    assert client.login(username=member.username, password="pw-for-tests")
+    assert client.login(request=RequestFactory().post("/"), username=member.username, password="pw-for-tests")
     assert call(client, STATUS, member.pk).status_code == 200
     r = call(client, LEAVE, member.pk)
     assert r.status_code == 403
@@ -427,7 +426,7 @@ def test_session_write_without_csrf_token_is_refused(member) -> None:
 
 def test_token_write_needs_no_csrf_token(member) -> None:
     client = APIClient(enforce_csrf_checks=True)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(member)}")
     assert call(client, LEAVE, member.pk).status_code == 200
 
 
@@ -578,4 +577,8 @@ def test_docs_page_is_html_served_without_authentication(api) -> None:
     assert r.status_code == 200
     assert r["Content-Type"].startswith("text/html")
     html = r.content.decode()
-    assert "<html" in html.lower() and "/api/schema/" in html
+    assert "<html" in html.lower() and '<script src="/api/docs/?script="></script>' in html
+    # The set-up script is a file of its own (no inline script under the CSP); it loads the schema.
+    script = api.get("/api/docs/?script=")
+    assert script.status_code == 200 and "javascript" in script["Content-Type"]
+    assert "/api/schema/" in script.content.decode()

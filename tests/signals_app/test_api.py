@@ -81,10 +81,10 @@ def test_posted_signals_are_stored_pending_with_their_fields(poster) -> None:
 
 
 def test_a_token_account_may_post(sender) -> None:
-    from rest_framework.authtoken.models import Token
+    from tests.factories import api_token
 
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=sender).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(sender)}")
     assert client.post(SIGNALS, {"signals": [OK]}, format="json").status_code == 202
 
 

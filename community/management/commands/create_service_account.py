@@ -10,7 +10,8 @@ from community.services import SERVICE_PERMISSIONS, create_service_account
 class Command(BaseCommand):
     help = (
         "Create (or update) a service account: an account in the service-accounts group, with the "
-        "given permissions (default: what a signals service needs), and print its API token."
+        "given permissions (default: what a signals service needs), and print a new API token (last line). "
+        "Earlier tokens keep working until they expire or are revoked; see rotate_token."
     )
 
     def add_arguments(self, parser: Any) -> None:
