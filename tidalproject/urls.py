@@ -6,7 +6,13 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.routers import DefaultRouter
 from rest_framework.throttling import AnonRateThrottle
 
-from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
+from community.views import (
+    CohortViewSet,
+    CommunityLayerViewSet,
+    CommunityViewSet,
+    LeaveCacheView,
+    WebhookSubscriptionViewSet,
+)
 from signals_app.views import SignalIngestView, UserSignalsView
 from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
@@ -28,6 +34,7 @@ router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
 router.register("communities", CommunityViewSet, basename="community")
 router.register("cohorts", CohortViewSet, basename="cohort")
+router.register("webhooks", WebhookSubscriptionViewSet, basename="webhook")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
