@@ -413,7 +413,15 @@ def kick_webhooks() -> None:
     from kombu.exceptions import OperationalError as BrokerError
 
     try:
-        ids = list(WebhookSubscription.objects.filter(is_active=True).values_list("pk", flat=True))
+        now = timezone.now()
+        # A subscriber being delivered to (lease held) re-checks for new changes after its
+        # batch; one backing off has its retry scheduled: neither needs another task.
+        ids = list(
+            WebhookSubscription.objects.filter(is_active=True)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+            .values_list("pk", flat=True)
+        )
         _enqueue(ids)
     except (BrokerError, DatabaseError, OSError):
         logger.warning("webhook kick failed; the sweep will deliver", exc_info=True)
