@@ -23,7 +23,7 @@ from typing import Any
 
 from drills.deployment import PROJECT_DIR, Deployment
 
-DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input"]
+DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input", "webhooks"]
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -79,7 +79,17 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
         "leave_storm": f"{result.get('changes', 0):,} changes",
         "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
+        "webhooks": (
+            f"{result.get('changes', 0):,} changes; receivers: 500 to half, down "
+            f"{result.get('receiver_down_seconds', 0):g} s; {result.get('worker_kills', 0)} worker kill -9"
+        ),
     }.get(name, "")
+    if name == "webhooks":
+        subs = result.get("subscribers", {})
+        lost = "; ".join(
+            f"{n}: up to v{s['applied_up_to']:,}, {s['out_of_order']} out of order, {s['duplicates']:,} duplicates"
+            for n, s in subs.items()
+        )
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
     return load, faults, lost
