@@ -148,6 +148,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "tidalproject.schema.add_error_responses",
     ],
+    # One name for the change actions wherever they appear (history, webhook subscriptions).
+    "ENUM_NAME_OVERRIDES": {"ChangeActionEnum": "community.models.ChangeAction"},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
