@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install chromium run test lint bench drills drills-full clean
+.PHONY: install chromium run test lint bench bench-downstream drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -49,7 +49,11 @@ test: lint chromium
 # The leave cache's suite, then the pipeline's; both run even when the first misses a budget,
 # and the target fails when either does.
 bench: install
-	$(PY) bench/run.py; status=$$?; $(PY) bench/pipeline.py || status=1; exit $$status
+	$(PY) bench/run.py; status=$$?; $(PY) bench/pipeline.py || status=1; $(PY) bench/downstream.py || status=1; exit $$status
+
+# The change feed, the CSV export of a million rows and webhook latency (BENCHMARKS.md, "Downstream").
+bench-downstream: install
+	$(PY) bench/downstream.py
 
 # Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
 # that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.

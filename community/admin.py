@@ -26,10 +26,20 @@ from .models import (
     CommunityMember,
     LeaveHistory,
     RecordStatus,
+    WebhookDelivery,
+    WebhookSubscription,
 )
 from .permissions import READ_ANY
 from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
+from .webhooks import (
+    UnsafeTarget,
+    check_actions,
+    check_url,
+    lag_samples,
+    webhook_subscription_create,
+    webhook_subscription_update,
+)
 
 _STATUS_LABELS = {MembershipStatus.ACTIVE: "active", MembershipStatus.LEFT: "left"}
 
@@ -140,6 +150,7 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
         return [
             path("console/", wrap(admin_views.dashboard), name="community_console"),
             path("console/find/", wrap(admin_views.find_user), name="community_console_find"),
+            path("console/export.csv", wrap(admin_views.export_csv), name="community_console_export"),
             path("console/bulk-leave/", wrap(admin_views.bulk_leave), name="community_console_bulk_leave"),
             path("console/user/<str:user_id>/", wrap(admin_views.user_page), name="community_console_user"),
             path(
@@ -211,11 +222,23 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
 
 @admin.register(LeaveHistory)
 class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
-    list_display = ["version", "user_id", "action", "status", "left_at", "actor_label", "source", "at"]
+    list_display = ["version", "user_id", "action", "status", "left_at", "actor_label", "source", "at", "reason"]
     list_filter = ["action", "source"]
     search_fields = ["user_id"]
     date_hierarchy = "at"
-    fields = ["version", "user_id", "action", "status", "left_at", "raw_value", "actor", "actor_label", "source", "at"]
+    fields = [
+        "version",
+        "user_id",
+        "action",
+        "status",
+        "left_at",
+        "raw_value",
+        "actor",
+        "actor_label",
+        "source",
+        "at",
+        "reason",
+    ]
     readonly_fields = ["status", "left_at", "raw_value"]
     show_full_result_count = False
 
@@ -269,3 +292,138 @@ class CohortMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[CohortMember]):
     list_select_related = ["cohort"]
     autocomplete_fields = ["cohort"]
     show_full_result_count = False
+
+
+class WebhookSubscriptionForm(forms.ModelForm[WebhookSubscription]):
+    class Meta:
+        model = WebhookSubscription
+        fields = ["name", "url", "actions", "is_active"]
+
+    def clean_url(self) -> str:
+        try:
+            return check_url(self.cleaned_data["url"])
+        except UnsafeTarget as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_actions(self) -> list[str]:
+        actions = self.cleaned_data.get("actions") or []
+        if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+            raise forms.ValidationError(f"A JSON list of actions, e.g. {ChangeAction.values!r}; [] for every action.")
+        try:
+            return check_actions(actions)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(admin.ModelAdmin[WebhookSubscription]):
+    """Subscribers with their acknowledged version and lag; created and changed through the
+    webhook services (URL checked, resuming clears the failure state and wakes delivery)."""
+
+    form = WebhookSubscriptionForm
+    list_display = [
+        "name",
+        "url",
+        "state",
+        "acked_version",
+        "lag_versions",
+        "lag_seconds",
+        "consecutive_failures",
+        "failing_since",
+        "last_status_code",
+        "last_success_at",
+    ]
+    list_filter = ["is_active"]
+    search_fields = ["name", "url"]
+    readonly_fields = [
+        "secret",
+        "paused_reason",
+        "acked_version",
+        "lag_versions",
+        "lag_seconds",
+        "consecutive_failures",
+        "failing_since",
+        "next_attempt_at",
+        "last_attempt_at",
+        "last_success_at",
+        "last_status_code",
+        "last_error",
+        "created_at",
+    ]
+    actions = ["pause_selected", "resume_selected"]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        self._lags = {sub.pk: lag for sub, lag in lag_samples()}
+        return super().changelist_view(request, extra_context)
+
+    def _lag(self, obj: WebhookSubscription) -> Any:
+        from .webhooks import webhook_lag
+
+        lags = getattr(self, "_lags", {})
+        return lags.get(obj.pk) or webhook_lag(obj)
+
+    @admin.display(description="state")
+    def state(self, obj: WebhookSubscription) -> str:
+        if not obj.is_active:
+            return f"paused: {obj.paused_reason}" if obj.paused_reason else "paused"
+        return "failing" if obj.consecutive_failures else "on"
+
+    @admin.display(description="lag (changes)")
+    def lag_versions(self, obj: WebhookSubscription) -> int:
+        versions: int = self._lag(obj).versions
+        return versions
+
+    @admin.display(description="lag (seconds)")
+    def lag_seconds(self, obj: WebhookSubscription) -> str:
+        return f"{self._lag(obj).seconds:.1f}"
+
+    def save_model(self, request: HttpRequest, obj: WebhookSubscription, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        if change:
+            changes = {k: data[k] for k in ("name", "url", "actions", "is_active")}
+            webhook_subscription_update(subscription=obj, **changes)
+        else:
+            created = webhook_subscription_create(name=data["name"], url=data["url"], actions=data["actions"])
+            obj.pk = created.pk
+            if not data["is_active"]:
+                webhook_subscription_update(subscription=created, is_active=False)
+
+    @admin.action(description="Pause the selected subscriptions", permissions=["change"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[WebhookSubscription]) -> None:
+        for sub in queryset:
+            webhook_subscription_update(subscription=sub, is_active=False)
+        self.message_user(request, "Paused.", messages.SUCCESS)
+
+    @admin.action(description="Resume the selected subscriptions", permissions=["change"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[WebhookSubscription]) -> None:
+        for sub in queryset:
+            webhook_subscription_update(subscription=sub, is_active=True)
+        self.message_user(request, "Resumed.", messages.SUCCESS)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
+    """The delivery log: every attempt, its status code or error, and how long it took."""
+
+    list_display = [
+        "started_at",
+        "subscription",
+        "first_version",
+        "last_version",
+        "changes",
+        "attempt",
+        "ok",
+        "status_code",
+        "error",
+        "duration_ms",
+    ]
+    list_filter = ["ok", "subscription"]
+    list_select_related = ["subscription"]
+    date_hierarchy = "started_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: WebhookDelivery | None = None) -> bool:
+        return False

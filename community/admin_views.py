@@ -28,10 +28,11 @@ from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
 from tidalproject.api import parse_user_id
 
+from .exports import csv_export_response
 from .membership import CommunityMembership, MembershipStatus
-from .models import ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
+from .models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
 from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
-from .serializers import _rfc3339
+from .serializers import STATUS_FILTERS, _rfc3339
 from .services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
@@ -200,6 +201,7 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
             "actor": entry.actor_label or "-",
             "source": entry.get_source_display(),
             "at": entry.at,
+            "reason": entry.reason,
         }
         for entry in entries
     ]
@@ -251,13 +253,23 @@ def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, mod
     if uid is None:
         return redirect(URL_DASHBOARD)
     if request.method == "POST":
-        change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
+        reason = request.POST.get("reason", "").strip()
+        if len(reason) > MAX_REASON_LENGTH:
+            messages.error(request, f"The reason is {len(reason)} characters; at most {MAX_REASON_LENGTH}.")
+            return redirect(request.path)
+        change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN, reason=reason)
         messages.success(request, f"User {uid} is now {_status_label(change.membership)} (version {change.version}).")
         return redirect(URL_USER, user_id=uid)
     stored = community_layer_record(user_id=uid)
     status = "corrupt" if stored.status.corrupt else _status_label(stored.status.membership)
     context = _context(
-        request, model_admin, f"Make user {uid} {action.value}?", user_id=uid, action=action.value, status=status
+        request,
+        model_admin,
+        f"Make user {uid} {action.value}?",
+        user_id=uid,
+        action=action.value,
+        status=status,
+        max_reason=MAX_REASON_LENGTH,
     )
     return TemplateResponse(request, "admin/community/console/user_change.html", context)
 
@@ -396,3 +408,18 @@ def bulk_leave(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse
 
 def user_page_url(user_id: int) -> str:
     return reverse(URL_USER, kwargs={"user_id": user_id})
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+def export_csv(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
+    """The records list's "Export CSV" button: the same streaming export as the API,
+    for the status filter the list shows (``?status=``)."""
+    _require(request, model_admin.has_view_permission(request))
+    status = request.GET.get("status") or None
+    if status is not None and status not in STATUS_FILTERS:
+        messages.error(request, f"Unknown status {status!r}; choose from {', '.join(STATUS_FILTERS)}.")
+        return redirect("admin:community_communityleave_changelist")
+    # StreamingHttpResponse is an HttpResponseBase, which is what the admin's wrapper passes on.
+    return csv_export_response(status)  # type: ignore[return-value]

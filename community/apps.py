@@ -18,6 +18,14 @@ class CommunityConfig(AppConfig):
         from .cache import warm_after_worker_fork
 
         worker_process_init.connect(warm_after_worker_fork, dispatch_uid="community.warm_leave_cache")
+
+        # Webhook lag gauges are read from the database when /metrics is scraped (no query here).
+        from tidalproject import metrics
+
+        from .webhooks import lag_metrics
+
+        if lag_metrics not in metrics.SCRAPE_COLLECTORS:
+            metrics.SCRAPE_COLLECTORS.append(lag_metrics)
         # ``flush`` deletes the clock row and then sends post_migrate: put a new one back
         # (with a new epoch), so the fence never stays unreadable after a flush.
         post_migrate.connect(ensure_leave_clock, sender=self, dispatch_uid="community.ensure_leave_clock")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import secrets
 import uuid
 
 from django.conf import settings
@@ -72,6 +74,10 @@ class LeaveClock(models.Model):
         return f"leave clock v{self.version} g{self.generation}"
 
 
+# The longest reason a leave, rejoin or erasure may carry.
+MAX_REASON_LENGTH = 500
+
+
 class ChangeAction(models.TextChoices):
     LEAVE = "leave", "leave"
     REJOIN = "rejoin", "rejoin"
@@ -97,6 +103,8 @@ class LeaveHistory(models.Model):
     actor_label = models.CharField(max_length=150, blank=True)
     source = models.CharField(max_length=16, choices=ChangeSource.choices)
     at = models.DateTimeField(default=timezone.now)
+    # Why, in the operator's or the user's words (optional); shown in the admin, feed and webhooks.
+    reason = models.CharField(max_length=MAX_REASON_LENGTH, blank=True, default="")
 
     class Meta:
         verbose_name = "leave history entry"
@@ -179,6 +187,72 @@ class CohortMember(models.Model):
         return f"user {self.user_id} in {self.cohort_id}"
 
 
+def new_webhook_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` and 32 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+class WebhookSubscription(models.Model):
+    """A downstream system that receives every change, in version order, signed.
+
+    ``acked_version`` is its cursor: every change up to it was acknowledged with a 2xx (or is
+    of an action it does not want). ``lease_*`` keeps two workers from delivering to it at once.
+    """
+
+    name = models.CharField(max_length=100)
+    url = models.CharField(max_length=2000, help_text="http:// or https://; checked against SSRF at send time.")
+    secret = models.CharField(max_length=200, default=new_webhook_secret, help_text="Standard Webhooks secret")
+    actions = models.JSONField(default=list, blank=True, help_text="Actions wanted; empty means every action.")
+    is_active = models.BooleanField(default=True, help_text="Off: paused, nothing is sent.")
+    paused_reason = models.CharField(max_length=200, blank=True)
+    acked_version = models.BigIntegerField(default=0)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    failing_since = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    lease_token = models.CharField(max_length=32, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.url})"
+
+    def wants(self, action: str) -> bool:
+        return not self.actions or action in self.actions
+
+
+class WebhookDelivery(models.Model):
+    """One HTTP attempt to deliver a batch of changes to a subscriber (the delivery log)."""
+
+    subscription = models.ForeignKey(WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries")
+    first_version = models.BigIntegerField()
+    last_version = models.BigIntegerField()
+    changes = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(help_text="1 for a first attempt, then counts consecutive failures.")
+    ok = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    started_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField()
+
+    class Meta:
+        verbose_name_plural = "webhook deliveries"
+        ordering = ["-pk"]
+        indexes = [
+            models.Index(fields=["subscription", "-id"], name="webhook_delivery_sub"),
+            models.Index(fields=["started_at"], name="webhook_delivery_started"),
+        ]
+
+    def __str__(self) -> str:
+        return f"v{self.first_version}-{self.last_version} to {self.subscription_id}: {self.status_code or self.error}"
+
+
 __all__ = [
     "ChangeAction",
     "ChangeSource",
@@ -190,4 +264,6 @@ __all__ = [
     "LeaveClock",
     "LeaveHistory",
     "RecordStatus",
+    "WebhookDelivery",
+    "WebhookSubscription",
 ]

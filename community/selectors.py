@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time as clock_time
+from collections.abc import Iterator
 from datetime import date, datetime, time, timedelta
 from typing import NamedTuple
 
@@ -11,7 +13,9 @@ from django.utils import timezone
 
 from .cache import CORRUPT
 from .membership import CommunityMembership, MembershipStatus, default_active, deserialize_membership
-from .models import ChangeAction, CommunityLeave, LeaveHistory, RecordStatus
+from .models import ChangeAction, CommunityLeave, LeaveClock, LeaveHistory, RecordStatus
+
+_STATUS_CODES = {"active": MembershipStatus.ACTIVE, "left": MembershipStatus.LEFT, "corrupt": CORRUPT}
 
 
 class LayerStatus(NamedTuple):
@@ -120,3 +124,67 @@ def leave_changes_per_day(*, days: int = 14, now: datetime | None = None) -> lis
         )
         for day in (first + timedelta(days=offset) for offset in range(days))
     ]
+
+
+# --- downstream: the change feed, lists and exports ----------------------------------------
+
+
+def leave_clock_version() -> int:
+    """The newest committed change's version (0 before the first change)."""
+    version = LeaveClock.objects.filter(pk=1).values_list("version", flat=True).first()
+    return int(version or 0)
+
+
+def community_layer_changes(*, after: int, limit: int) -> list[LeaveHistory]:
+    """The changes after version ``after``, oldest first, at most ``limit``.
+
+    Gap-free by construction: every writer holds the clock row's lock from taking its
+    version until it commits, so version N commits before N+1 is handed out, and any read
+    sees a prefix 1..V of the versions with nothing missing.
+    """
+    return list(LeaveHistory.objects.filter(version__gt=after).order_by("version")[:limit])
+
+
+def wait_for_change(*, after: int, timeout: float, poll: float = 0.25) -> int:
+    """Wait until a version past ``after`` is committed or ``timeout`` seconds pass.
+
+    Polls the one-row clock (a primary-key read); returns the clock version last read.
+    """
+    deadline = clock_time.monotonic() + timeout
+    while True:
+        version = leave_clock_version()
+        remaining = deadline - clock_time.monotonic()
+        if version > after or remaining <= 0:
+            return version
+        clock_time.sleep(min(poll, remaining))
+
+
+def community_layer_records(*, status: str | None = None) -> QuerySet[CommunityLeave]:
+    """Stored records, by user id, optionally of one status (active, left, corrupt).
+
+    The status is evaluated in SQL by the codec's rule (RecordStatus). "active" means a
+    record whose status is active (a user who rejoined); users who never left have none.
+    """
+    records = CommunityLeave.objects.order_by("user_id")
+    if status is not None:
+        records = records.alias(record_status=RecordStatus("value")).filter(record_status=_STATUS_CODES[status])
+    return records
+
+
+def community_layer_record_rows(*, status: str | None = None, chunk: int = 5_000) -> Iterator[tuple[int, bytes]]:
+    """``(user_id, value)`` of every record (of a status), in user id order, ``chunk`` at a time.
+
+    Keyset pagination (``user_id > last``), one short query a chunk: memory stays constant
+    however many rows there are, and no transaction or server-side cursor is held open
+    while a client reads slowly. Rows changed during the read are read as they are when
+    their chunk is fetched.
+    """
+    records = community_layer_records(status=status)
+    last = -1
+    while True:
+        rows = list(records.filter(user_id__gt=last).values_list("user_id", "value")[:chunk])
+        for user_id, value in rows:
+            yield user_id, bytes(value)
+        if len(rows) < chunk:
+            return
+        last = rows[-1][0]

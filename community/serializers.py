@@ -1,18 +1,34 @@
 from __future__ import annotations
 
+import base64
+import binascii
+import csv
+import io
+import math
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
 from tidalproject.api import UserIdField
 
-from .membership import CommunityMembership, MembershipStatus
-from .models import LeaveHistory, slug_validator
+from .membership import MAX_USER_ID, CommunityMembership, MembershipStatus, deserialize_membership
+from .models import (
+    MAX_REASON_LENGTH,
+    ChangeAction,
+    LeaveHistory,
+    WebhookDelivery,
+    WebhookSubscription,
+    slug_validator,
+)
 from .selectors import LayerStatus
 
 MAX_BULK = 1000
+FEED_DEFAULT_LIMIT = 100
+FEED_MAX_LIMIT = 1000
 
 
 def _rfc3339(left_at_ns: int | None) -> str | None:
@@ -31,6 +47,43 @@ def status_payload(membership: CommunityMembership, *, corrupt: bool = False) ->
         "left_at_ns": membership.left_at_ns,
         "corrupt": corrupt,
     }
+
+
+def record_status_label(membership: CommunityMembership | None) -> str:
+    """One label for a decoded record: "active", "left", or "corrupt" where it cannot be read."""
+    if membership is None:
+        return "corrupt"
+    return "left" if membership.status == MembershipStatus.LEFT else "active"
+
+
+def change_payload(entry: LeaveHistory) -> dict[str, Any]:
+    """A history row as the change feed and the webhooks send it (one definition for both).
+
+    ``action`` is the stored ChangeAction value as it is, so a new action flows through
+    without code here.
+    """
+    record = entry.membership
+    left_at_ns = None if record is None else record.left_at_ns
+    return {
+        "version": entry.version,
+        "user_id": entry.user_id,
+        "action": entry.action,
+        "status": record_status_label(record),
+        "left_at": _rfc3339(left_at_ns),
+        "left_at_ns": left_at_ns,
+        "at": entry.at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "actor": entry.actor_label or None,
+        "source": entry.source,
+        "reason": entry.reason,
+    }
+
+
+def record_status_payload(user_id: int, value: bytes | memoryview) -> dict[str, Any]:
+    """A stored record as a status answer; a corrupt one reads as left (fail closed)."""
+    record = deserialize_membership(user_id, value)
+    if record is None:
+        return status_payload(CommunityMembership(user_id, MembershipStatus.LEFT, None), corrupt=True)
+    return status_payload(record)
 
 
 class LayerStatusSerializer(serializers.Serializer[LayerStatus]):
@@ -62,7 +115,7 @@ class LeaveHistorySerializer(serializers.ModelSerializer[LeaveHistory]):
 
     class Meta:
         model = LeaveHistory
-        fields = ["version", "action", "status", "left_at_ns", "actor", "source", "at"]
+        fields = ["version", "action", "status", "left_at_ns", "actor", "source", "at", "reason"]
 
     def get_status(self, entry: LeaveHistory) -> str | None:
         record = entry.membership
@@ -76,8 +129,105 @@ class LeaveHistorySerializer(serializers.ModelSerializer[LeaveHistory]):
         return entry.actor_label or None
 
 
+def _reason_field() -> serializers.CharField:
+    return serializers.CharField(
+        max_length=MAX_REASON_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=True,
+        help_text=f"Why (optional, at most {MAX_REASON_LENGTH} characters); kept in the history and sent downstream.",
+    )
+
+
+class ChangeBodySerializer(serializers.Serializer[Any]):
+    """The optional body of a leave or a rejoin."""
+
+    reason = _reason_field()
+
+
 class BulkLeaveSerializer(serializers.Serializer[Any]):
     user_ids = serializers.ListField(child=UserIdField(), min_length=1, max_length=MAX_BULK, allow_empty=False)
+    reason = _reason_field()
+
+
+class ChangeSerializer(serializers.Serializer[Any]):
+    """One change of the feed (and of a webhook message)."""
+
+    version = serializers.IntegerField()
+    user_id = serializers.IntegerField()
+    action = serializers.CharField(help_text="A ChangeAction: leave, rejoin, ...")
+    status = serializers.CharField(help_text="The record after the change: active, left, or corrupt")
+    left_at = serializers.CharField(allow_null=True)
+    left_at_ns = serializers.IntegerField(allow_null=True)
+    at = serializers.DateTimeField()
+    actor = serializers.CharField(allow_null=True)
+    # A field named like Field.source: fine at run time, the stubs see an attribute clash.
+    source = serializers.CharField()  # type: ignore[assignment]
+    reason = serializers.CharField(allow_blank=True)
+
+
+class ChangeFeedSerializer(serializers.Serializer[Any]):
+    results = ChangeSerializer(many=True)
+    after = serializers.IntegerField(help_text="The version asked after.")
+    next_after = serializers.IntegerField(help_text="Pass as ?after= to continue: the last version returned.")
+    next = serializers.CharField(help_text="The URL that continues the feed.")
+    has_more = serializers.BooleanField(help_text="More changes were already committed past next_after.")
+    clock_version = serializers.IntegerField(help_text="The newest committed version at the time of the read.")
+
+
+class ChangeFeedQuerySerializer(serializers.Serializer[Any]):
+    after = serializers.IntegerField(
+        required=False, default=0, min_value=0, max_value=MAX_USER_ID, help_text="Changes after this version."
+    )
+    limit = serializers.IntegerField(
+        required=False, default=FEED_DEFAULT_LIMIT, min_value=1, max_value=FEED_MAX_LIMIT, help_text="1 to 1,000"
+    )
+    wait = serializers.FloatField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text="Seconds to wait for a change when there is none yet (at most FEED_MAX_WAIT_SECONDS).",
+    )
+
+    def validate_wait(self, value: float) -> float:
+        limit = settings.FEED_MAX_WAIT_SECONDS
+        if not math.isfinite(value) or value > limit:
+            raise serializers.ValidationError(f"Must be a number of seconds from 0 to {limit}.")
+        return value
+
+
+STATUS_FILTERS = ("active", "left", "corrupt")
+
+
+class StatusListQuerySerializer(serializers.Serializer[Any]):
+    status = serializers.ChoiceField(
+        choices=STATUS_FILTERS, required=False, help_text="Only records of this status; all records when absent."
+    )
+
+
+def status_csv(rows: Iterable[tuple[int, bytes]]) -> Iterator[str]:
+    """CSV lines of ``(user_id, stored value)`` rows, a header first; a chunk of lines at a time."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["user_id", "status", "left_at", "left_at_ns", "corrupt"])
+    for count, (user_id, value) in enumerate(rows, start=1):
+        record = deserialize_membership(user_id, value)
+        left_at_ns = None if record is None else record.left_at_ns
+        writer.writerow(
+            [
+                user_id,
+                "left" if record is None else record_status_label(record),
+                _rfc3339(left_at_ns) or "",
+                "" if left_at_ns is None else left_at_ns,
+                "true" if record is None else "false",
+            ]
+        )
+        if count % 1000 == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
 
 
 class BulkStatusSerializer(serializers.Serializer[Any]):
@@ -147,3 +297,118 @@ class LeaveCacheSerializer(serializers.Serializer[Any]):
     matches_database = serializers.BooleanField(required=False)
     only_in_cache = serializers.IntegerField(required=False)
     only_in_database = serializers.IntegerField(required=False)
+
+
+def _check_secret(value: str) -> str:
+    raw = value.removeprefix("whsec_")
+    try:
+        key = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise serializers.ValidationError("Must be whsec_ followed by base64.") from None
+    if not 24 <= len(key) <= 64:
+        raise serializers.ValidationError("Must encode 24 to 64 bytes.")
+    return value
+
+
+class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscription]):
+    """A subscriber as the API shows it; ``secret`` and ``after`` are written, never read."""
+
+    url = serializers.CharField(max_length=2000, help_text="http:// or https://, a public address")
+    actions = serializers.ListField(
+        child=serializers.ChoiceField(choices=ChangeAction.choices),
+        required=False,
+        max_length=len(ChangeAction.choices),
+        help_text="Actions wanted; empty or absent means every action.",
+    )
+    secret = serializers.CharField(
+        write_only=True,
+        required=False,
+        max_length=200,
+        help_text="A Standard Webhooks secret (whsec_ and base64 of 24 to 64 bytes); generated when absent.",
+    )
+    after = serializers.IntegerField(
+        write_only=True,
+        required=False,
+        min_value=0,
+        max_value=MAX_USER_ID,
+        help_text="Deliver the changes after this version (0: all history). Default: from now on.",
+    )
+    lag_versions = serializers.SerializerMethodField()
+    lag_seconds = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WebhookSubscription
+        fields = [
+            "id",
+            "name",
+            "url",
+            "actions",
+            "is_active",
+            "paused_reason",
+            "secret",
+            "after",
+            "acked_version",
+            "lag_versions",
+            "lag_seconds",
+            "consecutive_failures",
+            "failing_since",
+            "next_attempt_at",
+            "last_attempt_at",
+            "last_success_at",
+            "last_status_code",
+            "last_error",
+            "created_at",
+        ]
+        read_only_fields = [
+            "paused_reason",
+            "acked_version",
+            "consecutive_failures",
+            "failing_since",
+            "next_attempt_at",
+            "last_attempt_at",
+            "last_success_at",
+            "last_status_code",
+            "last_error",
+            "created_at",
+        ]
+
+    def validate_url(self, value: str) -> str:
+        from .webhooks import UnsafeTarget, check_url
+
+        try:
+            return check_url(value)
+        except UnsafeTarget as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def validate_secret(self, value: str) -> str:
+        return _check_secret(value)
+
+    def _lag(self, obj: WebhookSubscription) -> Any:
+        from .webhooks import webhook_lag
+
+        lags = self.context.get("lags") or {}
+        return lags.get(obj.pk) or webhook_lag(obj)
+
+    def get_lag_versions(self, obj: WebhookSubscription) -> int:
+        versions: int = self._lag(obj).versions
+        return versions
+
+    def get_lag_seconds(self, obj: WebhookSubscription) -> float:
+        return round(float(self._lag(obj).seconds), 3)
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer[WebhookDelivery]):
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "first_version",
+            "last_version",
+            "changes",
+            "attempt",
+            "ok",
+            "status_code",
+            "error",
+            "started_at",
+            "duration_ms",
+        ]

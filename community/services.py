@@ -32,6 +32,7 @@ from .membership import (
     serialize_membership,
 )
 from .models import (
+    MAX_REASON_LENGTH,
     ChangeAction,
     ChangeSource,
     Cohort,
@@ -43,6 +44,7 @@ from .models import (
     LeaveHistory,
     slug_validator,
 )
+from .webhooks import kick_webhooks
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +83,10 @@ class LayerChange(NamedTuple):
 
 
 def _change_community_layer(
-    *, user_ids: Iterable[int], action: ChangeAction, actor: Any, source: ChangeSource
+    *, user_ids: Iterable[int], action: ChangeAction, actor: Any, source: ChangeSource, reason: str = ""
 ) -> dict[int, LayerChange]:
+    if len(reason) > MAX_REASON_LENGTH:
+        raise ValueError(f"reason: at most {MAX_REASON_LENGTH} characters")
     ids = list(dict.fromkeys(user_ids))
     transition = _TRANSITIONS[action]
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
@@ -112,6 +116,8 @@ def _change_community_layer(
                 update_fields=["value"],
             )
             transaction.on_commit(partial(_changed, action, source, changed, first_version))
+            # Downstream delivery is woken after commit and never fails the change (webhooks.py).
+            transaction.on_commit(kick_webhooks)
             LeaveHistory.objects.bulk_create(
                 [
                     LeaveHistory(
@@ -122,6 +128,7 @@ def _change_community_layer(
                         actor_id=actor_id,
                         actor_label=actor_label,
                         source=source,
+                        reason=reason,
                     )
                     for offset, m in enumerate(changed)
                 ]
@@ -152,31 +159,45 @@ def _changed(action: ChangeAction, source: ChangeSource, changed: list[Community
         )
 
 
-def leave_community_layer(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> LayerChange:
+def leave_community_layer(
+    *, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API, reason: str = ""
+) -> LayerChange:
     """Make ``user_id`` leave: none of their signals processed from now on is forwarded.
 
     Idempotent: leaving while left changes nothing and keeps the first ``left_at_ns``.
+    ``reason`` (at most 500 characters) is stored in the history row of the change; a
+    no-op writes no row, so its reason is not kept.
     """
-    return _change_community_layer(user_ids=[user_id], action=ChangeAction.LEAVE, actor=actor, source=source)[user_id]
+    return _change_community_layer(
+        user_ids=[user_id], action=ChangeAction.LEAVE, actor=actor, source=source, reason=reason
+    )[user_id]
 
 
-def rejoin_community_layer(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> LayerChange:
+def rejoin_community_layer(
+    *, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API, reason: str = ""
+) -> LayerChange:
     """Make ``user_id`` active again, keeping ``left_at_ns``. Rejoining while active changes nothing."""
-    return _change_community_layer(user_ids=[user_id], action=ChangeAction.REJOIN, actor=actor, source=source)[user_id]
+    return _change_community_layer(
+        user_ids=[user_id], action=ChangeAction.REJOIN, actor=actor, source=source, reason=reason
+    )[user_id]
 
 
 def bulk_leave_community_layer(
-    *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API
+    *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API, reason: str = ""
 ) -> dict[int, LayerChange]:
     """Make every user in ``user_ids`` leave, all in one transaction (all or nothing)."""
-    return _change_community_layer(user_ids=user_ids, action=ChangeAction.LEAVE, actor=actor, source=source)
+    return _change_community_layer(
+        user_ids=user_ids, action=ChangeAction.LEAVE, actor=actor, source=source, reason=reason
+    )
 
 
 def bulk_rejoin_community_layer(
-    *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API
+    *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API, reason: str = ""
 ) -> dict[int, LayerChange]:
     """Make every user in ``user_ids`` active again, all in one transaction."""
-    return _change_community_layer(user_ids=user_ids, action=ChangeAction.REJOIN, actor=actor, source=source)
+    return _change_community_layer(
+        user_ids=user_ids, action=ChangeAction.REJOIN, actor=actor, source=source, reason=reason
+    )
 
 
 def leave_cache_rewarm_everywhere() -> int:

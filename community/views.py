@@ -2,11 +2,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlencode
 
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, viewsets
+from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import SAFE_METHODS, DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,21 +19,38 @@ from rest_framework.views import APIView
 from signals_app.selectors import cohort_attribution, community_trending
 from tidalproject.api import UserIdField, WriteRateThrottle
 
-from .models import ChangeSource, Cohort, Community, CommunityLeave
+from .exports import csv_export_response
+from .models import ChangeSource, Cohort, Community, CommunityLeave, WebhookDelivery, WebhookSubscription
 from .permissions import CHANGE_ANY, READ_ANY, ensure_may_act_on
-from .selectors import LayerStatus, community_layer_history, community_layer_status
+from .selectors import (
+    LayerStatus,
+    community_layer_changes,
+    community_layer_history,
+    community_layer_records,
+    community_layer_status,
+    leave_clock_version,
+    wait_for_change,
+)
 from .serializers import (
     BulkLeaveSerializer,
     BulkStatusSerializer,
+    ChangeBodySerializer,
+    ChangeFeedQuerySerializer,
+    ChangeFeedSerializer,
     GroupSerializer,
     LayerStatusSerializer,
     LeaveCacheSerializer,
     LeaveHistorySerializer,
     MembershipChangeSerializer,
     MembersSerializer,
+    StatusListQuerySerializer,
     TopItemSerializer,
     TopItemsSerializer,
+    WebhookDeliverySerializer,
+    WebhookSubscriptionSerializer,
     WindowQuerySerializer,
+    change_payload,
+    record_status_payload,
 )
 from .services import (
     SlugTaken,
@@ -40,6 +61,7 @@ from .services import (
     leave_community_layer,
     rejoin_community_layer,
 )
+from .webhooks import UnsafeTarget, lag_samples, webhook_subscription_create, webhook_subscription_update
 
 USER_ID_PARAM = OpenApiParameter("user_id", int, OpenApiParameter.PATH, description="The user's id, 0 to 2**63-1.")
 
@@ -54,6 +76,32 @@ def parse_path_user_id(raw: str) -> int:
     path.is_valid(raise_exception=True)
     user_id: int = path.validated_data["user_id"]
     return user_id
+
+
+class StatusCursorPagination(CursorPagination):
+    """``?cursor=&limit=``: records by user id, 100 a page by default, at most 1,000.
+
+    A cursor stays valid however many rows are added before it; a bad one is a 400.
+    """
+
+    ordering = "user_id"
+    page_size = 100
+    page_size_query_param = "limit"
+    max_page_size = 1000
+
+    def decode_cursor(self, request: Request) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": ["Not a cursor from this list; use the next or previous link."]}) from None
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= self.max_page_size:
+            raise ValidationError({"limit": [f"Must be an integer from 1 to {self.max_page_size}."]})
+        return int(raw)
 
 
 class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
@@ -82,23 +130,98 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     def retrieve(self, request: Request, user_id: str) -> Response:
         return self._answer(community_layer_status(user_id=self._user_id(READ_ANY)))
 
+    @staticmethod
+    def _reason(request: Request) -> str:
+        body = ChangeBodySerializer(data=request.data if request.data else {})
+        body.is_valid(raise_exception=True)
+        reason: str = body.validated_data["reason"]
+        return reason
+
     @extend_schema(
-        request=None, responses=LayerStatusSerializer, summary="Leave the community layer", parameters=[USER_ID_PARAM]
+        request=ChangeBodySerializer,
+        responses=LayerStatusSerializer,
+        summary="Leave the community layer",
+        parameters=[USER_ID_PARAM],
     )
     @action(detail=True, methods=["post"])
     def leave(self, request: Request, user_id: str) -> Response:
         uid = self._user_id(CHANGE_ANY)
-        change = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
+        reason = self._reason(request)
+        change = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
         return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
 
     @extend_schema(
-        request=None, responses=LayerStatusSerializer, summary="Rejoin the community layer", parameters=[USER_ID_PARAM]
+        request=ChangeBodySerializer,
+        responses=LayerStatusSerializer,
+        summary="Rejoin the community layer",
+        parameters=[USER_ID_PARAM],
     )
     @action(detail=True, methods=["post"])
     def rejoin(self, request: Request, user_id: str) -> Response:
         uid = self._user_id(CHANGE_ANY)
-        change = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API)
+        reason = self._reason(request)
+        change = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
         return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
+
+    @extend_schema(
+        parameters=[ChangeFeedQuerySerializer],
+        responses=ChangeFeedSerializer,
+        summary="The change feed: every change after a version, in version order, gap-free (operators)",
+    )
+    @action(detail=False, methods=["get"], serializer_class=ChangeFeedSerializer)
+    def changes(self, request: Request) -> Response:
+        if not request.user.has_perm(READ_ANY):
+            raise PermissionDenied(f"The change feed needs the {READ_ANY} permission.")
+        query = ChangeFeedQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after: int = query.validated_data["after"]
+        limit: int = query.validated_data["limit"]
+        wait: float = query.validated_data["wait"]
+        if wait:
+            wait_for_change(after=after, timeout=wait)
+        entries = community_layer_changes(after=after, limit=limit)
+        clock_version = leave_clock_version()
+        next_after = entries[-1].version if entries else after
+        next_url = request.build_absolute_uri(f"{request.path}?{urlencode({'after': next_after, 'limit': limit})}")
+        return Response(
+            {
+                "results": [change_payload(entry) for entry in entries],
+                "after": after,
+                "next_after": next_after,
+                "next": next_url,
+                "has_more": clock_version > next_after,
+                "clock_version": clock_version,
+            }
+        )
+
+    def _list_permission(self, request: Request) -> str | None:
+        if not request.user.has_perm(READ_ANY):
+            raise PermissionDenied(f"Listing records needs the {READ_ANY} permission.")
+        query = StatusListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        status: str | None = query.validated_data.get("status")
+        return status
+
+    @extend_schema(
+        parameters=[StatusListQuerySerializer, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
+        responses=LayerStatusSerializer(many=True),
+        summary="Stored records by status, in user id order, cursor-paginated (operators)",
+    )
+    def list(self, request: Request) -> Response:
+        status = self._list_permission(request)
+        paginator = StatusCursorPagination()
+        page = paginator.paginate_queryset(community_layer_records(status=status), request, view=self)
+        return paginator.get_paginated_response([record_status_payload(r.user_id, r.value) for r in page or []])
+
+    @extend_schema(
+        parameters=[StatusListQuerySerializer],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+        summary="The same records as a streaming CSV export (operators)",
+    )
+    @action(detail=False, methods=["get"], url_path="export")
+    def export(self, request: Request) -> StreamingHttpResponse:
+        status = self._list_permission(request)
+        return csv_export_response(status)
 
     @extend_schema(
         responses=LeaveHistorySerializer(many=True),
@@ -123,7 +246,9 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
         body = BulkLeaveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         user_ids: list[int] = body.validated_data["user_ids"]
-        changes = bulk_leave_community_layer(user_ids=user_ids, actor=request.user, source=ChangeSource.API)
+        changes = bulk_leave_community_layer(
+            user_ids=user_ids, actor=request.user, source=ChangeSource.API, reason=body.validated_data["reason"]
+        )
         return Response(
             {
                 "results": [
@@ -251,3 +376,61 @@ class LeaveCacheView(APIView):
             raise PermissionDenied(f"Reading the leave cache needs the {READ_ANY} permission.")
         compare = request.query_params.get("compare", "") in ("1", "true", "yes")
         return Response(CommunityLeave.objects.cache.report(compare=compare))
+
+
+class ReadPermissions(DjangoModelPermissions):
+    """DjangoModelPermissions, with the view permission required to read."""
+
+    perms_map = {**DjangoModelPermissions.perms_map, "GET": ["%(app_label)s.view_%(model_name)s"]}
+
+
+class WebhookSubscriptionViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet[Any]
+):
+    """Webhook subscriptions: a URL, a secret, the actions wanted, on or paused; each with its
+    acknowledged version and lag. The secret is shown once, in the answer to the creation."""
+
+    queryset = WebhookSubscription.objects.all()
+    serializer_class = WebhookSubscriptionSerializer
+    permission_classes = [IsAuthenticated, ReadPermissions]
+    throttle_classes = [WriteRateThrottle]
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        context["lags"] = {sub.pk: lag for sub, lag in lag_samples()}
+        return context
+
+    def create(self, request: Request) -> Response:
+        body = WebhookSubscriptionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        try:
+            subscription = webhook_subscription_create(
+                name=data["name"],
+                url=data["url"],
+                actions=data.get("actions", []),
+                secret=data.get("secret") or None,
+                after=data.get("after"),
+            )
+        except UnsafeTarget as exc:
+            raise ValidationError({"url": [str(exc)]}) from None
+        answer = WebhookSubscriptionSerializer(subscription, context=self.get_serializer_context()).data
+        return Response({**answer, "secret": subscription.secret}, status=201)
+
+    def partial_update(self, request: Request, pk: str) -> Response:
+        subscription = self.get_object()
+        body = WebhookSubscriptionSerializer(subscription, data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        changes = {k: v for k, v in body.validated_data.items() if k in ("name", "url", "actions", "is_active")}
+        try:
+            webhook_subscription_update(subscription=subscription, **changes)
+        except UnsafeTarget as exc:
+            raise ValidationError({"url": [str(exc)]}) from None
+        return Response(WebhookSubscriptionSerializer(subscription, context=self.get_serializer_context()).data)
+
+    @extend_schema(responses=WebhookDeliverySerializer(many=True), summary="A subscriber's delivery log, newest first")
+    @action(detail=True, methods=["get"], serializer_class=WebhookDeliverySerializer)
+    def deliveries(self, request: Request, pk: str) -> Response:
+        subscription = self.get_object()
+        page = self.paginate_queryset(WebhookDelivery.objects.filter(subscription=subscription).order_by("-pk"))
+        return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)

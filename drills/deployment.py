@@ -88,6 +88,12 @@ class Deployment:
             "THROTTLE_LOGIN_RATE": "100000/minute",
             "CLIENT_IP_HEADER": "X-Real-IP",
             "CONN_MAX_AGE": "0",
+            # Webhook receivers in the drills listen on loopback; retries and leases are short.
+            "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
+            "WEBHOOK_TIMEOUT_SECONDS": "2",
+            "WEBHOOK_RETRY_BASE_SECONDS": "0.5",
+            "WEBHOOK_RETRY_MAX_SECONDS": "4",
+            "WEBHOOK_SWEEP_EVERY_SECONDS": "2",
             "PYTHONPATH": str(PROJECT_DIR),
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}

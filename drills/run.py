@@ -33,6 +33,7 @@ DRILLS = [
     "restore",
     "backlog",
     "auth_attacks",
+    "webhooks",
 ]
 
 
@@ -97,9 +98,19 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "restore": f"restored to version {result.get('dump_version', '?')} under {result.get('processes', 0)} procs",
         "backlog": f"{result.get('backlog_seconds', 0):g} s backlog, {result.get('sweeps', 0)} sweeps",
         "auth_attacks": f"{result.get('attempts', 0):,} attempts, {result.get('lockouts', 0)} lockouts",
+        "webhooks": (
+            f"{result.get('changes', 0):,} changes; receivers: 500 to half, down "
+            f"{result.get('receiver_down_seconds', 0):g} s; {result.get('worker_kills', 0)} worker kill -9"
+        ),
     }.get(name, "")
     if name == "auth_attacks":
         lost = f"{result.get('attacker_log_ins', '?')} attacker log-ins; {result.get('refused', 0):,} refused"
+    if name == "webhooks":
+        subs = result.get("subscribers", {})
+        lost = "; ".join(
+            f"{n}: up to v{s['applied_up_to']:,}, {s['out_of_order']} out of order, {s['duplicates']:,} duplicates"
+            for n, s in subs.items()
+        )
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
     return load, faults, lost

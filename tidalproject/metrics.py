@@ -9,6 +9,7 @@ its own (fine for the single-process development server).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -21,6 +22,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 SIGNALS_ACCEPTED = Counter("tidal_signals_accepted", "Signals stored by the API (duplicates not counted).")
 SIGNALS_PROCESSED = Counter("tidal_signals_processed", "Signals given an outcome.", ["outcome", "stage"])
@@ -54,6 +57,23 @@ SIGNAL_AGE_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
 
+WEBHOOK_ATTEMPTS = Counter("tidal_webhook_attempts", "Webhook delivery attempts, by result (ok, failed).", ["result"])
+WEBHOOK_FIRST_ATTEMPT_SECONDS = Histogram(
+    "tidal_webhook_first_attempt_seconds",
+    "From a change's commit to the first attempt to deliver it.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+# Gauges read from the database when /metrics is scraped (apps register them in ready(),
+# so that this module imports no app): each returns metric families to serve.
+SCRAPE_COLLECTORS: list[Callable[[], Iterable[Metric]]] = []
+
+
+class _ScrapeCollector(Collector):
+    def collect(self) -> Iterable[Metric]:
+        for collect in SCRAPE_COLLECTORS:
+            yield from collect()
+
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -61,4 +81,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry = DEFAULT_REGISTRY
+    if SCRAPE_COLLECTORS:
+        scraped = CollectorRegistry()
+        scraped.register(_ScrapeCollector())
+        body = generate_latest(registry) + generate_latest(scraped)
+        return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

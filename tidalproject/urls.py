@@ -4,7 +4,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.views import ObtainToken
-from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
+from community.views import (
+    CohortViewSet,
+    CommunityLayerViewSet,
+    CommunityViewSet,
+    LeaveCacheView,
+    WebhookSubscriptionViewSet,
+)
 from signals_app.views import SignalIngestView, UserSignalsView
 from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
@@ -13,6 +19,7 @@ router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
 router.register("communities", CommunityViewSet, basename="community")
 router.register("cohorts", CohortViewSet, basename="cohort")
+router.register("webhooks", WebhookSubscriptionViewSet, basename="webhook")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

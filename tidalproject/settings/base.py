@@ -161,6 +161,8 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "tidalproject.schema.add_error_responses",
     ],
+    # One name for the change actions wherever they appear (history, webhook subscriptions).
+    "ENUM_NAME_OVERRIDES": {"ChangeActionEnum": "community.models.ChangeAction"},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
@@ -263,6 +265,29 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # replaying the change feed one row at a time.
 LEAVE_CACHE_REWARM_AFTER = env.int("LEAVE_CACHE_REWARM_AFTER", default=50_000)
 
+# --- Downstream: the change feed and webhooks -------------------------------------------
+# The longest a change-feed read may wait for the next change (?wait=); it holds a web worker.
+FEED_MAX_WAIT_SECONDS = env.int("FEED_MAX_WAIT_SECONDS", default=20)
+# Webhook targets on loopback, private, link-local or other non-global addresses are refused
+# at send time (after name resolution) unless this is set (tests, drills, private networks).
+WEBHOOK_ALLOW_PRIVATE_TARGETS = env.bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", default=False)
+# Connect, write and read timeouts, and the deadline of one whole exchange.
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# At most this much of a receiver's answer is read (the rest is dropped).
+WEBHOOK_MAX_RESPONSE_BYTES = env.int("WEBHOOK_MAX_RESPONSE_BYTES", default=64 * 1024)
+# Changes per webhook message (one signed message carries an ordered batch).
+WEBHOOK_BATCH_SIZE = env.int("WEBHOOK_BATCH_SIZE", default=100)
+# Back-off after a failed delivery: base * 2**(failures-1), capped, with jitter (half random).
+WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=1.0)
+# Keep below CELERY_VISIBILITY_TIMEOUT: Redis holds a delayed retry as an unacknowledged message.
+WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=300.0)
+# A subscriber failing without a success for this long is paused (an operator resumes it).
+WEBHOOK_PAUSE_AFTER_SECONDS = env.int("WEBHOOK_PAUSE_AFTER_SECONDS", default=24 * 3600)
+# Beat wakes every lagging subscriber this often, so a lost kick loses nothing.
+WEBHOOK_SWEEP_EVERY_SECONDS = env.float("WEBHOOK_SWEEP_EVERY_SECONDS", default=10.0)
+# Delivery log rows older than this are removed by the sweep.
+WEBHOOK_LOG_RETENTION_DAYS = env.int("WEBHOOK_LOG_RETENTION_DAYS", default=14)
+
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")  # "json" in production
 LOGGING: dict[str, Any] = {
     "version": 1,
@@ -280,6 +305,8 @@ LOGGING: dict[str, Any] = {
         "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]},
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # httpx logs every webhook request at INFO; the delivery log keeps them instead.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }
 
 # --- Signals ----------------------------------------------------------------------------
@@ -293,5 +320,9 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-pending-signals": {
         "task": "signals_app.tasks.sweep_pending_signals",
         "schedule": env.float("SIGNAL_SWEEP_EVERY_SECONDS", default=60.0),
+    },
+    "sweep-webhooks": {
+        "task": "community.tasks.sweep_webhooks",
+        "schedule": WEBHOOK_SWEEP_EVERY_SECONDS,
     },
 }

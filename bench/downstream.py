@@ -1,0 +1,290 @@
+"""Downstream figures: the change feed, the CSV export and webhook latency; see BENCHMARKS.md.
+
+    python bench/downstream.py              # writes the "Downstream" section of BENCHMARKS.md
+    python bench/downstream.py --no-write   # print only
+
+Creates its own PostgreSQL database (tidal_bench_downstream), migrates it, and drops it at
+the end. The webhook latency starts a real Celery worker (prefork, 2 processes) on the Redis
+broker given by --broker and a loopback HTTP receiver. Reports; asserts no budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DATABASE = "tidal_bench_downstream"
+MARK_BEGIN = "<!-- downstream:begin -->"
+MARK_END = "<!-- downstream:end -->"
+sys.path.insert(0, str(PROJECT_DIR))
+
+
+def _kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise LookupError(field)
+
+
+def _setup(server: str, broker: str) -> None:
+    os.environ["DATABASE_URL"] = f"{server}/{DATABASE}"
+    os.environ["CELERY_BROKER_URL"] = broker
+    os.environ["WEBHOOK_ALLOW_PRIVATE_TARGETS"] = "true"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tidalproject.settings.dev")
+    os.environ.setdefault("DEBUG", "false")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
+    import django
+
+    django.setup()
+
+
+def _client() -> Any:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def child_export(server: str, broker: str) -> None:
+    """In a fresh process: stream the export of every left user, print seconds, rows, RSS rise."""
+    _setup(server, broker)
+    client = _client()
+    client.get("/api/community-layer/", {"status": "left", "limit": 1})  # warm imports and the connection
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _kib("VmRSS")
+    started = time.perf_counter()
+    response = client.get("/api/community-layer/export/", {"status": "left"})
+    lines = size = 0
+    for chunk in response.streaming_content:
+        lines += chunk.count(b"\n")
+        size += len(chunk)
+    seconds = time.perf_counter() - started
+    print(f"{seconds} {lines - 1} {size} {(_kib('VmHWM') - before) * 1024} {_kib('VmHWM') * 1024}")
+
+
+def fill_changes(count: int) -> None:
+    from community.services import bulk_leave_community_layer
+
+    for start in range(0, count, 1000):
+        bulk_leave_community_layer(user_ids=range(start, min(count, start + 1000)), reason="bench")
+
+
+def copy_left(count: int, offset: int) -> None:
+    from django.db import connection
+
+    from community.membership import CommunityMembership, MembershipStatus, serialize_membership
+
+    value = serialize_membership(CommunityMembership(0, MembershipStatus.LEFT, 1_700_000_000_000_000_000))
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy("COPY community_communityleave (user_id, value) FROM STDIN") as copy,
+    ):
+        for uid in range(offset, offset + count):
+            copy.write_row((uid, value))
+
+
+def bench_feed(changes: int) -> dict[str, Any]:
+    from community.selectors import community_layer_changes
+
+    client = _client()
+    rounds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        after, seen = 0, 0
+        while True:
+            body = client.get("/api/community-layer/changes/", {"after": after, "limit": 1000}).json()
+            seen += len(body["results"])
+            after = body["next_after"]
+            if not body["has_more"]:
+                break
+        rounds.append(time.perf_counter() - started)
+        assert seen == changes, seen
+    selector = []
+    for _ in range(5):
+        started = time.perf_counter()
+        after = 0
+        while entries := community_layer_changes(after=after, limit=1000):
+            after = entries[-1].version
+        selector.append(time.perf_counter() - started)
+    return {"api_seconds": statistics.median(rounds), "selector_seconds": statistics.median(selector)}
+
+
+def bench_latency(samples: int, broker: str) -> dict[str, Any]:
+    from community.services import leave_community_layer
+    from community.webhooks import webhook_subscription_create
+
+    arrivals: dict[int, float] = {}
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            now = time.perf_counter()
+            import json
+
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                for change in body["data"]["changes"]:
+                    arrivals.setdefault(change["user_id"], now)
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    webhook_subscription_create(name="bench", url=f"http://127.0.0.1:{server.server_address[1]}/")
+    import redis
+
+    redis.Redis.from_url(broker).flushdb()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tidalproject", "worker", "--concurrency=2", "--loglevel=WARNING"],
+        cwd=PROJECT_DIR,
+        env=os.environ.copy(),
+        start_new_session=True,
+    )
+    try:
+        time.sleep(8)  # the worker starts and warms
+        started: dict[int, float] = {}
+        base = 50_000_000
+        for index in range(samples):
+            uid = base + index
+            started[uid] = time.perf_counter()
+            leave_community_layer(user_id=uid)
+            time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while len(arrivals) < samples and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(30)
+        server.shutdown()
+    latencies = sorted((arrivals[u] - t) * 1000 for u, t in started.items() if u in arrivals)
+    return {
+        "samples": samples,
+        "arrived": len(latencies),
+        "median_ms": statistics.median(latencies),
+        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)],
+        "max_ms": latencies[-1],
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", default="postgres://127.0.0.1:5432")
+    parser.add_argument("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/6"))
+    parser.add_argument("--export-rows", type=int, default=1_000_000)
+    parser.add_argument("--feed-changes", type=int, default=10_000)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--child-export", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_export:
+        child_export(args.server, args.broker)
+        return 0
+
+    import psycopg
+
+    def admin_sql(sql: str) -> None:
+        with psycopg.connect(f"{args.server}/postgres", autocommit=True) as conn:
+            conn.execute(sql)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    admin_sql(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+    admin_sql(f'CREATE DATABASE "{DATABASE}"')
+    try:
+        _setup(args.server, args.broker)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        fill_changes(args.feed_changes)
+        feed = bench_feed(args.feed_changes)
+        print("feed", feed, flush=True)
+        copy_left(args.export_rows - args.feed_changes, offset=args.feed_changes)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child-export", "--server", args.server, "--broker", args.broker],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        seconds, rows, size, rise, peak = done.stdout.split()[-5:]
+        export = {
+            "seconds": float(seconds),
+            "rows": int(rows),
+            "mb": int(size) / 1e6,
+            "rss_rise_mb": int(rise) / 2**20,
+            "rss_peak_mb": int(peak) / 2**20,
+        }
+        print("export", export, flush=True)
+        latency = bench_latency(args.latency_samples, args.broker)
+        print("latency", latency, flush=True)
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        admin_sql(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+
+    command = "python bench/downstream.py" + (" " + " ".join(argv) if argv else "")
+    section = "\n".join(
+        [
+            MARK_BEGIN,
+            "## Downstream: the change feed, the export, webhooks",
+            "",
+            "Produced by `" + command + "` (`make bench-downstream`) on "
+            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
+            f"{platform.machine()}, {os.cpu_count()} cores shared with other work. PostgreSQL on loopback.",
+            "",
+            "| what | figure |",
+            "|---|---|",
+            f"| feed: read {args.feed_changes:,} changes through the API, 1,000 a page "
+            f"(in-process client, median of 5) | {feed['api_seconds'] * 1000:,.0f} ms |",
+            f"| feed: the same through the selector only | {feed['selector_seconds'] * 1000:,.0f} ms |",
+            f"| export: {export['rows']:,} left users as CSV ({export['mb']:,.0f} MB), streamed | "
+            f"{export['seconds']:,.1f} s |",
+            f"| export: resident set rise while streaming (peak of the whole process) | "
+            f"{export['rss_rise_mb']:,.1f} MiB ({export['rss_peak_mb']:,.0f} MiB) |",
+            f"| webhook: from a leave call to its first delivery attempt at a healthy loopback receiver, "
+            f"median ({latency['arrived']} of {latency['samples']} leaves, 50 ms apart) | "
+            f"{latency['median_ms']:,.1f} ms |",
+            f"| webhook: the same, p99 (max) | {latency['p99_ms']:,.1f} ms ({latency['max_ms']:,.1f} ms) |",
+            "",
+            "The latency runs from before the leave call (so it includes the leave's own transaction)",
+            "to the receiver reading the request: commit, the on-commit kick through Redis, a Celery",
+            "worker (prefork, 2 processes) claiming the subscriber, reading the history and signing.",
+            MARK_END,
+        ]
+    )
+    print(section)
+    if not args.no_write:
+        path = PROJECT_DIR / "BENCHMARKS.md"
+        text = path.read_text()
+        if MARK_BEGIN in text:
+            head, rest = text.split(MARK_BEGIN, 1)
+            text = head + section + rest.split(MARK_END, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

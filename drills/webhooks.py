@@ -1,0 +1,273 @@
+"""Drill 7: webhooks that lose nothing. Two real HTTP receivers on loopback subscribe (one
+answers 500 to about half the deliveries, the other is down for 30 seconds) while clients
+storm leaves and rejoins through the web processes and a Celery worker is killed once.
+Afterwards every change has reached every subscriber, in version order, every signature
+verifies, and nothing is missing; duplicates are counted and reported."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from drills.client import Client
+from drills.deployment import Deployment
+
+DOWN_SECONDS = 30.0
+
+
+class Receiver:
+    """A loopback HTTP receiver that verifies every message and records what it accepted."""
+
+    def __init__(self, name: str, *, fail_ratio: float = 0.0, seed: int = 1) -> None:
+        self.name = name
+        self.fail_ratio = fail_ratio
+        self.rng = random.Random(seed)
+        self.secret = ""
+        self.lock = threading.Lock()
+        self.messages = 0
+        self.answered_500 = 0
+        self.bad_signatures = 0
+        self.concurrent_max = 0
+        self._in_flight = 0
+        self.accepted: list[list[dict[str, Any]]] = []  # the changes of each 2xx-answered message
+        self.server: ThreadingHTTPServer | None = None
+        self.port = 0
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.0: a connection per message, so a stopped receiver is really down (a
+            # kept-alive connection would go on being served by its handler thread).
+            protocol_version = "HTTP/1.0"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status = receiver.receive({k.lower(): v for k, v in self.headers.items()}, body)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+    def receive(self, headers: dict[str, str], body: bytes) -> int:
+        with self.lock:
+            self._in_flight += 1
+            self.concurrent_max = max(self.concurrent_max, self._in_flight)
+            self.messages += 1
+        try:
+            try:
+                payload = Webhook(self.secret).verify(body, headers)
+            except WebhookVerificationError:
+                with self.lock:
+                    self.bad_signatures += 1
+                return 400
+            with self.lock:
+                if self.rng.random() < self.fail_ratio:
+                    self.answered_500 += 1
+                    return 500
+                self.accepted.append(payload["data"]["changes"])
+            return 204
+        finally:
+            with self.lock:
+                self._in_flight -= 1
+
+    def start(self) -> None:
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        self.port = server.server_address[1]
+        self.server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def check(self, history: dict[int, tuple[int, str, str]]) -> dict[str, Any]:
+        """Replay what was accepted as a consumer that stores the last version it applied."""
+        applied = 0
+        duplicates = 0
+        out_of_order = 0
+        wrong = 0
+        for changes in self.accepted:
+            for change in changes:
+                version = change["version"]
+                if version <= applied:
+                    duplicates += 1
+                    continue
+                if version != applied + 1:
+                    out_of_order += 1
+                if history.get(version) != (change["user_id"], change["action"], change["reason"]):
+                    wrong += 1
+                applied = version
+        return {
+            "messages": self.messages,
+            "answered_500": self.answered_500,
+            "bad_signatures": self.bad_signatures,
+            "applied_up_to": applied,
+            "duplicates": duplicates,
+            "out_of_order": out_of_order,
+            "wrong_content": wrong,
+            "max_concurrent_requests": self.concurrent_max,
+        }
+
+
+@dataclass
+class WebhookDrillResult:
+    requests: int
+    changes: int
+    requests_per_second: float
+    worker_kills: int
+    receiver_down_seconds: float
+    catch_up_seconds: float
+    subscribers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    acked_versions: dict[str, int] = field(default_factory=dict)
+    delivery_attempts: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.changes > 0
+            and set(self.statuses) == {"200"}
+            and len(self.subscribers) == 2
+            and all(
+                s["applied_up_to"] == self.changes
+                and s["out_of_order"] == 0
+                and s["wrong_content"] == 0
+                and s["bad_signatures"] == 0
+                and s["max_concurrent_requests"] == 1
+                for s in self.subscribers.values()
+            )
+            and all(v == self.changes for v in self.acked_versions.values())
+        )
+
+
+def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
+    token = dep.manage(
+        "create_service_account",
+        "drill-hooks",
+        *("--perm", "community.add_webhooksubscription"),
+        *("--perm", "community.view_webhooksubscription"),
+        *("--perm", "community.change_communityleave"),
+        *("--perm", "community.view_communityleave"),
+    )
+    client = Client(dep.url, token.strip().splitlines()[-1])
+    flaky = Receiver("flaky_500_half", fail_ratio=0.5, seed=7)
+    down = Receiver("down_30s")
+    receivers = [flaky, down]
+    for receiver in receivers:
+        subscription = {"name": receiver.name, "url": receiver.url, "after": 0}
+        status, body = client.request("POST", "/api/webhooks/", subscription)
+        if status != 201:
+            raise RuntimeError(f"subscription refused: {status} {body}")
+        receiver.secret = body["secret"]
+
+    target_changes = 5_000 if full else 1_000
+    statuses: dict[str, int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    requests = 0
+
+    def storm(seed: int) -> None:
+        nonlocal requests
+        rng = random.Random(seed)
+        # Each client toggles users of its own, so (nearly) every request is a change.
+        left: set[int] = set()
+        mine = list(range(70_000 + seed * 1_000, 70_000 + seed * 1_000 + 50))
+        while not stop.is_set():
+            user = rng.choice(mine)
+            action = "rejoin" if user in left else "leave"
+            left.symmetric_difference_update({user})
+            status, _ = client.request(
+                "POST", f"/api/community-layer/{user}/{action}/", {"reason": f"drill {seed}-{rng.randrange(1000)}"}
+            )
+            with lock:
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+                requests += 1
+
+    def clock() -> int:
+        return int(dep.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0])
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=storm, args=(seed,), daemon=True) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    # The second receiver goes down early in the storm for DOWN_SECONDS, then comes back on its port.
+    time.sleep(2)
+    down.stop()
+    down_at = time.monotonic()
+    down_seconds = 0.0
+    killed = False
+    while clock() < target_changes or time.monotonic() - down_at < DOWN_SECONDS:
+        if not killed and clock() >= target_changes // 2:
+            dep.kill("worker0")  # kill -9 the whole worker mid-storm, then start it again
+            time.sleep(1)
+            dep.start_worker(0)
+            killed = True
+        if down.server is None and time.monotonic() - down_at >= DOWN_SECONDS:
+            down.start()
+            down_seconds = round(time.monotonic() - down_at, 1)
+        if clock() >= target_changes:
+            stop.set()
+        time.sleep(0.2)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    if down.server is None:
+        down.start()
+        down_seconds = round(time.monotonic() - down_at, 1)
+    storm_seconds = time.monotonic() - started
+    changes = clock()
+
+    # Everyone catches up: each subscriber's acknowledged version reaches the clock.
+    catch_up_started = time.monotonic()
+    deadline = catch_up_started + (600 if full else 150)
+    acked: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        acked = dict(dep.sql("SELECT name, acked_version FROM community_webhooksubscription"))  # type: ignore[arg-type]
+        if acked and all(v >= changes for v in acked.values()):
+            break
+        time.sleep(0.5)
+    catch_up = time.monotonic() - catch_up_started
+    time.sleep(1)  # let the last answers be recorded
+
+    history = {
+        int(v): (int(u), str(a), str(r))
+        for v, u, a, r in dep.sql("SELECT version, user_id, action, reason FROM community_leavehistory")
+    }
+    attempts = dict(
+        dep.sql(  # type: ignore[arg-type]
+            "SELECT s.name, count(d.id) FROM community_webhooksubscription s"
+            " LEFT JOIN community_webhookdelivery d ON d.subscription_id = s.id GROUP BY s.name"
+        )
+    )
+    for receiver in receivers:
+        receiver.stop()
+    return WebhookDrillResult(
+        requests=requests,
+        changes=changes,
+        requests_per_second=round(requests / storm_seconds, 1),
+        worker_kills=1 if killed else 0,
+        receiver_down_seconds=down_seconds,
+        catch_up_seconds=round(catch_up, 1),
+        subscribers={r.name: r.check(history) for r in receivers},
+        acked_versions={str(k): int(v) for k, v in acked.items()},
+        delivery_attempts={str(k): int(v) for k, v in attempts.items()},
+        statuses=statuses,
+    )
