@@ -62,8 +62,8 @@ def fill(conn: Any, signals: int) -> None:
         )
         # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
         cursor.execute(
-            "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at) "
-            "SELECT u, u, 'leave', '\\x01'::bytea || int8send(u)::bytea, '', 'command', now() "
+            "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at, reason) "
+            "SELECT u, u, 'leave', '\\x01'::bytea || int8send(u)::bytea, '', 'command', now(), '' "
             "FROM generate_series(1, %s) u",
             [LEAVERS],
         )

@@ -211,3 +211,27 @@ def test_the_while_queued_check_answers_from_the_feed_and_from_the_history() -> 
     gate = later.sync()  # warmed at version 2: the feed before it is not in memory
     gate.preload({1: 0})
     assert gate.is_left(1, since=0) and not LeaveCache().sync().is_left(1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_child_comes_up_at_once_however_long_the_warm_takes() -> None:
+    # Issue 8, failure 4: the warm ran inside worker_process_init, which Celery kills after
+    # 4 s. Here the warm cannot finish (the cache's lock is held, as by a slow database):
+    # the start-up hook must return at once all the same, and the warm happens after.
+    import threading
+    import time
+
+    from community.cache import warm_after_worker_fork
+
+    leave_community_layer(user_id=1)
+    cache = CommunityLeave.objects.cache
+    cache.reset()
+    returned = threading.Event()
+    with cache._lock:
+        threading.Thread(target=lambda: (warm_after_worker_fork(), returned.set()), daemon=True).start()
+        assert returned.wait(5), "worker_process_init waited for the warm"
+        assert not cache.warmed
+    deadline = time.monotonic() + 10
+    while not cache.warmed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cache.warmed and cache.size == 1
