@@ -6,6 +6,7 @@ Imported only after ``django.setup()``: run.py owns the database and the setting
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -28,12 +29,15 @@ from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services import bulk_leave_community_layer
 
 TABLE = CommunityLeave._meta.db_table
-FLOOR_WARM_SQL = f"SELECT user_id, value FROM {TABLE}"
+# psycopg's fetch of the same ids the gate holds (the records that are not ACTIVE).
+FLOOR_WARM_SQL = f"SELECT user_id FROM {TABLE} WHERE NOT (octet_length(value) = 9 AND get_byte(value, 0) = 0)"
 FLOOR_FENCE_SQL = f"SELECT version, generation FROM {LeaveClock._meta.db_table} WHERE id = %s"
 
-GATE_CHECK_BUDGET = 3.0
-WARM_BUDGET = 2.0
-BYTES_PER_RECORD_BUDGET = 100
+GATE_CHECK_BUDGET = 2.0
+WARM_BUDGET = 1.5
+DENSE_BYTES_BUDGET = 4  # per gated user, ids from 1 to 10x the records
+SPARSE_BYTES_BUDGET = 16  # per gated user, ids from 1 to SPARSE_SPACE
+SPARSE_SPACE = 2**32  # the whole 32-bit id space: one gated user in ~4,300 ids at 1,000,000
 FENCE_QUERIES_BUDGET = 1
 LEAVE_CHUNK = 1_000
 
@@ -50,6 +54,7 @@ class Options:
     sync_steps: tuple[int, ...]
     sync_rounds: int
     seed: int
+    scale_records: int = 0  # an extra warm of this many gated users, for time and memory only
 
 
 def progress(message: str) -> None:
@@ -66,11 +71,17 @@ def cold_gate() -> LeaveGate:
     return gate()
 
 
-def rss_in_fresh_process(what: str) -> int | None:
-    """Peak resident memory rise of one warm ("warm") or one floor fetchall ("floor"), in bytes."""
+def in_fresh_process(what: str) -> dict[str, Any]:
+    """What bench/rss_child.py measures in a fresh process ("warm", "floor", "retained")."""
     child = Path(__file__).with_name("rss_child.py")
     done = subprocess.run([sys.executable, str(child), what], check=True, capture_output=True, text=True)
-    peak: int | None = json.loads(done.stdout.strip().splitlines()[-1])["peak"]
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def rss_in_fresh_process(what: str) -> int | None:
+    """Peak resident memory rise of one warm ("warm") or one floor fetchall ("floor"), in bytes."""
+    peak: int | None = in_fresh_process(what)["peak"]
     return peak
 
 
@@ -109,6 +120,17 @@ class Bench:
         self.truncate()
         self.load(all_left, "all LEFT")
         self.warm(all_left, "all LEFT", budget=False)
+        del all_left
+
+        progress(f"sparse ids: {opts.records:,} records drawn from 1..2^32")
+        sparse = tools.leave_records(opts.records, active_share=opts.active_share, seed=opts.seed, space=SPARSE_SPACE)
+        self.truncate()
+        sparse_label = f"{opts.active_share:.0%} ACTIVE, sparse ids (1..2^32)"
+        self.load(sparse, sparse_label)
+        self.warm(sparse, sparse_label, budget=True, memory_budget=SPARSE_BYTES_BUDGET)
+        del sparse
+        if opts.scale_records:
+            self.scale(opts.scale_records)
 
         # Rows in the order of BENCHMARKS.md's list (0. data, 1., 2a., 2b., 3.), run order within each.
         for rows in (self.budgets, self.info):
@@ -138,7 +160,9 @@ class Bench:
 
     # --- budget 2: warming ---------------------------------------------------------------
 
-    def warm(self, records: Sequence[tuple[int, bytes]], label: str, *, budget: bool) -> None:
+    def warm(
+        self, records: Sequence[tuple[int, bytes]], label: str, *, budget: bool, memory_budget: int = DENSE_BYTES_BUDGET
+    ) -> None:
         opts = self.options
         count = len(records)
         progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
@@ -170,20 +194,21 @@ class Bench:
         del warmed
 
         progress(f"memory of the warm, {label}")
-        CommunityLeave.objects.cache.reset()
         held_gate, use = tools.traced(gate)
-        held = CommunityLeave.objects.cache.size
         del held_gate
+        retained = in_fresh_process("retained")
+        held = retained["held"]
+        per_user = retained["retained"] / held
         set_floor = tools.set_floor_bytes(expected)
-        per_record = use.retained / held
         self.budgets.append(
             Row(
-                f"2b. memory retained per record held, {label} ({held:,} held)",
-                f"{per_record:.1f} B ({mib(use.retained)})",
-                f"{set_floor / held:.1f} B (bare set of the same ids)",
-                ratio(use.retained / set_floor),
-                f"≤ {BYTES_PER_RECORD_BUDGET} B/record",
-                per_record <= BYTES_PER_RECORD_BUDGET,
+                f"2b. memory a warmed process keeps per gated user, {label} ({held:,} held; resident set"
+                " after malloc_trim, fresh process)",
+                f"{per_user:.1f} B ({mib(retained['retained'])})",
+                f"{set_floor / held:.1f} B (a Python set of the same ids)",
+                ratio(retained["retained"] / set_floor),
+                f"≤ {memory_budget} B/user",
+                per_user <= memory_budget,
             )
         )
         floor_rows, floor_use = tools.traced(self.floor_fetch)
@@ -205,6 +230,53 @@ class Bench:
                 ratio(warm_rss / floor_rss) if warm_rss and floor_rss else "",
             )
         )
+
+    # --- at scale: many gated users, time and memory only ---------------------------------
+
+    def scale(self, count: int) -> None:
+        """``count`` gated users (ids 1..10x``count``, every 10th), made by the database; one
+        warm in a fresh process: its time, what the process keeps, and the machine's total
+        for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
+        of 2 Celery children: each holds its own gate)."""
+        progress(f"at scale: {count:,} gated users, made in SQL")
+        self.truncate()
+        with self.conn.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {TABLE} (user_id, value) "
+                "SELECT n * 10, '\\x01'::bytea || int8send(n) FROM generate_series(1, %s) n",
+                [count],
+            )
+            cursor.execute(f"VACUUM ANALYZE {TABLE}")
+        retained = in_fresh_process("retained")
+        floor_started = time.perf_counter()
+        rows = self.floor_fetch()
+        floor = time.perf_counter() - floor_started
+        del rows
+        processes = (os.cpu_count() or 1) * 2 + 1 + 2
+        per_user = retained["retained"] / retained["held"]
+        self.info.append(
+            Row(
+                f"4. warm of {retained['held']:,} gated users in a fresh process",
+                f"{retained['seconds']:.2f} s",
+                f"{floor:.2f} s (psycopg fetchall of the same ids)",
+                ratio(retained["seconds"] / floor),
+            )
+        )
+        self.info.append(
+            Row(
+                f"4. memory a process keeps for {retained['held']:,} gated users; its whole resident set",
+                f"{mib(retained['retained'])} ({per_user:.1f} B/user); {mib(retained['rss'])}",
+                f"{mib(retained['held'] * 65)} (a Python set, ~65 B/user)",
+            )
+        )
+        self.info.append(
+            Row(
+                f"4. the machine's total, {processes} processes with a gate ({processes - 2} web, 2 worker children)",
+                f"{mib(retained['retained'] * processes)}",
+                f"{mib(retained['held'] * 65 * processes)} (with Python sets)",
+            )
+        )
+        self.truncate()
 
     # --- budget 3: the fence -------------------------------------------------------------
 

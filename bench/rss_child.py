@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,10 +28,20 @@ def main(what: str) -> None:
     if what == "warm":
         LeaveClock.objects.get(pk=1)  # connect first: the connection is not the warm's cost
         _, peak = tools.rss_peak(CommunityLeave.objects.gate)
+        print(json.dumps({"peak": peak}))
+    elif what == "retained":
+        # What a warmed process keeps for its gate, and how long the warm took, from cold.
+        LeaveClock.objects.get(pk=1)
+        started = time.perf_counter()
+        gate, retained = tools.rss_retained(CommunityLeave.objects.gate)
+        seconds = time.perf_counter() - started
+        size = CommunityLeave.objects.cache.size
+        rss = tools.resident_bytes()
+        print(json.dumps({"retained": retained, "held": size, "seconds": seconds, "rss": rss, "gate": bool(gate)}))
     else:
         conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
         _, peak = tools.rss_peak(lambda: conn.execute(FLOOR_WARM_SQL).fetchall())
-    print(json.dumps({"peak": peak}))
+        print(json.dumps({"peak": peak}))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update")
     parser.add_argument("--no-write", action="store_true", help="print the results only")
     parser.add_argument("--seed", type=int, default=20_240_101)
+    parser.add_argument(
+        "--scale", type=int, default=None, help="gated users of the warm at scale (default 10,000,000; 0: skip)"
+    )
     args = parser.parse_args(argv)
     if args.records is None:
         args.records = 100_000 if args.quick else 1_000_000
@@ -130,6 +133,7 @@ def main(argv: list[str]) -> int:
             sync_steps=(1, 100, 10_000),
             sync_rounds=1 if args.quick else 3,
             seed=args.seed,
+            scale_records=args.scale if args.scale is not None else (0 if args.quick else 10_000_000),
         )
         with psycopg.connect(database_url, autocommit=True) as conn:
             facts = machine(conn)
