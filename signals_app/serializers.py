@@ -10,8 +10,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from community.serializers import status_payload
 from tidalproject.api import UserIdField
 
+from .erasure import ErasureReceipt
 from .models import GatedReason, Outcome, Signal
 from .validation import KIND_RULE, MAX_ABS_WEIGHT, MAX_BATCH, MAX_KEY_LENGTH
 
@@ -38,6 +40,45 @@ class SignalBatchSerializer(serializers.Serializer[Any]):
 class IngestResultSerializer(serializers.Serializer[Any]):
     accepted = serializers.IntegerField(help_text="Signals stored, to be processed.")
     duplicates = serializers.IntegerField(help_text="Signals whose idempotency key was used before.")
+    suppressed = serializers.IntegerField(
+        help_text="Signals of users erased and still left: not stored at all (a rejoin ends that)."
+    )
+
+
+class ErasureReceiptSerializer(serializers.Serializer[ErasureReceipt]):
+    """An erasure's receipt, as written on its ``erase`` history row."""
+
+    user_id = serializers.IntegerField()
+    action = serializers.CharField(help_text='Always "erase".')
+    version = serializers.IntegerField(help_text="The leave clock version of the erase history row.")
+    status = serializers.ChoiceField(choices=["active", "left"])
+    left_at = serializers.CharField(allow_null=True, help_text="RFC 3339, nanosecond precision, UTC")
+    left_at_ns = serializers.IntegerField(allow_null=True)
+    corrupt = serializers.BooleanField()
+    signals_removed = serializers.IntegerField(help_text="The user's stored signals deleted.")
+    aggregate_rows_changed = serializers.IntegerField(
+        help_text="Cohort and community aggregate rows decremented or deleted."
+    )
+    already_erased = serializers.BooleanField(
+        help_text="True: the user was already erased and still left, nothing was left to take back, nothing"
+        " was written; the receipt is that of the earlier erasure."
+    )
+    actor = serializers.CharField(allow_null=True)
+    source = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.source
+    at = serializers.DateTimeField()
+
+    def to_representation(self, instance: ErasureReceipt) -> dict[str, Any]:
+        return {
+            **status_payload(instance.membership),
+            "action": "erase",
+            "version": instance.version,
+            "signals_removed": instance.signals_removed,
+            "aggregate_rows_changed": instance.aggregate_rows_changed,
+            "already_erased": instance.already_erased,
+            "actor": instance.actor or None,
+            "source": instance.source,
+            "at": serializers.DateTimeField().to_representation(instance.at),
+        }
 
 
 class SignalOutSerializer(serializers.ModelSerializer[Signal]):
@@ -71,7 +112,6 @@ class SignalOutSerializer(serializers.ModelSerializer[Signal]):
             "fence_at_processing",
             "gated_reason",
         ]
-
 
 
 class PaginatedSignalsSerializer(serializers.Serializer[Any]):

@@ -109,9 +109,7 @@ _KEY_REQUIRED = (
 )
 
 
-def parse_signal_batch(
-    data: Any, *, now: datetime, max_skew: timedelta, require_keys: bool = False
-) -> list[SignalIn]:
+def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta, require_keys: bool = False) -> list[SignalIn]:
     """Validate ``{"signals": [...]}``; raise ``ValidationError`` naming every bad field.
     With ``require_keys``, every signal needs an idempotency key."""
     if not isinstance(data, dict):

@@ -13,12 +13,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from community.permissions import ensure_may_act_on
+from community.models import ChangeSource
+from community.permissions import ERASE_ANY, ensure_may_act_on
 from community.views import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle, is_service_account
 
+from .erasure import erase_user
 from .selectors import user_recent_signals
-from .serializers import IngestResultSerializer, PaginatedSignalsSerializer, SignalBatchSerializer, SignalOutSerializer
+from .serializers import (
+    ErasureReceiptSerializer,
+    IngestResultSerializer,
+    PaginatedSignalsSerializer,
+    SignalBatchSerializer,
+    SignalOutSerializer,
+)
 from .services import ingest_signals
 from .validation import parse_signal_batch
 
@@ -52,7 +60,10 @@ class SignalIngestView(APIView):
             require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
         )
         result = ingest_signals(sender=request.user, signals=signals)
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            {"accepted": result.accepted, "duplicates": result.duplicates, "suppressed": result.suppressed},
+            status=status.HTTP_202_ACCEPTED,
+        )
 
 
 class UserSignalsView(GenericAPIView[Any]):
@@ -71,3 +82,24 @@ class UserSignalsView(GenericAPIView[Any]):
         ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)
         page = self.paginate_queryset(user_recent_signals(user_id=uid))
         return self.get_paginated_response(SignalOutSerializer(page, many=True).data)
+
+
+class EraseView(APIView):
+    """Erase a user: they leave, their past contributions are taken back from every aggregate,
+    their stored signals are deleted. A user may erase themselves; operators need their own
+    permission (``community.erase_communityleave``)."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [WriteRateThrottle]
+
+    @extend_schema(
+        request=None,
+        parameters=[USER_ID_PARAM],
+        responses=ErasureReceiptSerializer,
+        summary="Erase a user: leave and take back every past contribution",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        uid = parse_path_user_id(user_id)
+        ensure_may_act_on(request.user, user_id=uid, perm=ERASE_ANY)
+        receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
+        return Response(ErasureReceiptSerializer(receipt).data)
