@@ -38,10 +38,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F, Max, Q
 
 from community.membership import CommunityMembership, MembershipStatus
@@ -53,6 +53,9 @@ from .models import Signal
 from .sql import take_back_signals
 
 logger = logging.getLogger(__name__)
+
+# Errors that a retry may cure (as for the pipeline): a bulk job's task retries on them.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 
 @dataclass(frozen=True)
@@ -180,3 +183,97 @@ def erase_users(
 ) -> list[ErasureReceipt]:
     """Erase each user in turn, each in a transaction of its own (``erase_user``)."""
     return [erase_user(user_id=user_id, actor=actor, source=source) for user_id in dict.fromkeys(user_ids)]
+
+
+# --- bulk erasure -------------------------------------------------------------------------------
+
+
+def erasure_job_create(*, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.API) -> Any:
+    """Record a bulk erasure of ``user_ids`` (repeats dropped, order kept) and send its task
+    once committed. Returns the job."""
+    from .models import ErasureJob, ErasureJobUser
+
+    ids = list(dict.fromkeys(user_ids))
+    authenticated = actor is not None and actor.is_authenticated
+    with transaction.atomic():
+        job = ErasureJob.objects.create(
+            created_by=actor if authenticated else None,
+            created_by_label=actor.get_username() if authenticated else "",
+            source=source,
+            total=len(ids),
+        )
+        ErasureJobUser.objects.bulk_create(
+            [ErasureJobUser(job=job, position=i, user_id=u) for i, u in enumerate(ids)], batch_size=2000
+        )
+        transaction.on_commit(lambda: _kick(job.pk), robust=True)
+    return job
+
+
+def _kick(job_id: int) -> None:
+    from .tasks import run_erasure_job
+
+    try:
+        run_erasure_job.delay(job_id)
+    except Exception:
+        logger.warning("could not send erasure job %d: left to the sweep", job_id, exc_info=True)
+
+
+def erasure_job_run(*, job_id: int) -> Any:
+    """Erase the job's users still pending, one by one, each in its own transaction, and
+    record each result. Safe to run again (a task delivered twice, a worker killed): users
+    done are skipped, and one erased just before a crash answers with that erasure's receipt."""
+    from django.utils import timezone
+
+    from .models import ErasureJob, ErasureJobUser
+
+    job = ErasureJob.objects.select_related("created_by").get(pk=job_id)
+    if job.state == ErasureJob.State.DONE:
+        return job
+    ErasureJob.objects.filter(pk=job.pk).update(
+        state=ErasureJob.State.RUNNING, started_at=job.started_at or timezone.now(), kicked_at=timezone.now()
+    )
+    pending = ErasureJobUser.objects.filter(job=job, state=ErasureJobUser.State.PENDING).order_by("position")
+    for entry in list(pending.only("id", "user_id")):
+        try:
+            receipt = erase_user(user_id=entry.user_id, actor=job.created_by, source=ChangeSource(job.source))
+        except TRANSIENT_ERRORS:
+            raise  # the task retries; what is done stays done
+        except Exception as exc:
+            logger.exception("erasure of user %d in job %d failed", entry.user_id, job.pk)
+            ErasureJobUser.objects.filter(pk=entry.pk).update(
+                state=ErasureJobUser.State.FAILED,
+                error=f"{type(exc).__name__}: {exc}"[:2000],
+                finished_at=timezone.now(),
+            )
+            continue
+        ErasureJobUser.objects.filter(pk=entry.pk).update(
+            state=ErasureJobUser.State.DONE,
+            version=receipt.version,
+            signals_removed=receipt.signals_removed,
+            aggregate_rows_changed=receipt.aggregate_rows_changed,
+            # Erased by this job before a worker died: its own erasure, not an earlier one.
+            already_erased=receipt.already_erased and receipt.at < job.created_at,
+            finished_at=timezone.now(),
+        )
+        ErasureJob.objects.filter(pk=job.pk).update(kicked_at=timezone.now())  # the job's heartbeat
+    ErasureJob.objects.filter(pk=job.pk).update(state=ErasureJob.State.DONE, finished_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def restart_stalled_erasure_jobs(*, older_than: timedelta) -> int:
+    """Send again the task of every unfinished job not heard of for ``older_than`` (its
+    worker died, or the broker lost the message). Returns how many."""
+    from django.utils import timezone
+
+    from .models import ErasureJob
+
+    stalled = list(
+        ErasureJob.objects.exclude(state=ErasureJob.State.DONE)
+        .filter(kicked_at__lt=timezone.now() - older_than)
+        .values_list("id", flat=True)
+    )
+    for job_id in stalled:
+        ErasureJob.objects.filter(pk=job_id).update(kicked_at=timezone.now())
+        _kick(job_id)
+    return len(stalled)

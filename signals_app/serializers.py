@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from community.serializers import status_payload
 from tidalproject.api import UserIdField
 
 from .erasure import ErasureReceipt
-from .models import GatedReason, Outcome, Signal
+from .models import ErasureJob, ErasureJobUser, GatedReason, Outcome, Signal
 from .validation import KIND_RULE, MAX_ABS_WEIGHT, MAX_BATCH, MAX_KEY_LENGTH
 
 
@@ -119,3 +120,56 @@ class PaginatedSignalsSerializer(serializers.Serializer[Any]):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = SignalOutSerializer(many=True)
+
+
+class BulkErasureSerializer(serializers.Serializer[Any]):
+    user_ids = serializers.ListField(
+        child=UserIdField(),
+        min_length=1,
+        max_length=settings.ERASURE_JOB_MAX_USERS,
+        allow_empty=False,
+        help_text="1 to ERASURE_JOB_MAX_USERS (10,000) user ids; repeats are erased once.",
+    )
+
+
+class ErasureJobSerializer(serializers.ModelSerializer[ErasureJob]):
+    """A bulk erasure's progress: users done, failed, still pending."""
+
+    done = serializers.IntegerField(read_only=True)
+    failed = serializers.IntegerField(read_only=True)
+    pending = serializers.IntegerField(read_only=True)
+    created_by = serializers.CharField(source="created_by_label", read_only=True)
+
+    class Meta:
+        model = ErasureJob
+        fields = [
+            "id",
+            "state",
+            "total",
+            "done",
+            "failed",
+            "pending",
+            "created_by",
+            "source",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class ErasureJobUserSerializer(serializers.ModelSerializer[ErasureJobUser]):
+    """One user's result: the receipt's figures once erased, the error if it failed."""
+
+    class Meta:
+        model = ErasureJobUser
+        fields = [
+            "position",
+            "user_id",
+            "state",
+            "version",
+            "signals_removed",
+            "aggregate_rows_changed",
+            "already_erased",
+            "error",
+            "finished_at",
+        ]

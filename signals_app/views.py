@@ -18,9 +18,13 @@ from community.permissions import ERASE_ANY, ensure_may_act_on
 from community.views import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle, is_service_account
 
-from .erasure import erase_user
-from .selectors import user_recent_signals
+from .erasure import erase_user, erasure_job_create
+from .models import ErasureJobUser
+from .selectors import erasure_job_progress, user_recent_signals
 from .serializers import (
+    BulkErasureSerializer,
+    ErasureJobSerializer,
+    ErasureJobUserSerializer,
     ErasureReceiptSerializer,
     IngestResultSerializer,
     PaginatedSignalsSerializer,
@@ -103,3 +107,54 @@ class EraseView(APIView):
         ensure_may_act_on(request.user, user_id=uid, perm=ERASE_ANY)
         receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
         return Response(ErasureReceiptSerializer(receipt).data)
+
+
+class CanEraseAnyone(BasePermission):
+    message = f"Bulk erasure needs the {ERASE_ANY} permission."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm(ERASE_ANY))
+
+
+JOB_ID_PARAM = OpenApiParameter("job_id", int, OpenApiParameter.PATH, description="The erasure job's id.")
+
+
+class ErasureJobView(APIView):
+    """Bulk erasure: many users erased by a Celery task, one transaction each, with progress."""
+
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+    throttle_classes = [WriteRateThrottle]
+
+    @extend_schema(
+        request=BulkErasureSerializer,
+        responses={202: ErasureJobSerializer},
+        summary="Erase many users, asynchronously (operators)",
+    )
+    def post(self, request: Request) -> Response:
+        body = BulkErasureSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = erasure_job_create(user_ids=body.validated_data["user_ids"], actor=request.user, source=ChangeSource.API)
+        return Response(ErasureJobSerializer(erasure_job_progress(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ErasureJobDetailView(APIView):
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+
+    @extend_schema(parameters=[JOB_ID_PARAM], responses=ErasureJobSerializer, summary="A bulk erasure's progress")
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(ErasureJobSerializer(erasure_job_progress(job_id=job_id)).data)
+
+
+class ErasureJobResultsView(GenericAPIView[Any]):
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+    serializer_class = ErasureJobUserSerializer
+
+    @extend_schema(
+        parameters=[JOB_ID_PARAM, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        responses=ErasureJobUserSerializer(many=True),
+        summary="A bulk erasure's per-user results, in the order given",
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        job = erasure_job_progress(job_id=job_id)
+        page = self.paginate_queryset(ErasureJobUser.objects.filter(job=job).order_by("position"))
+        return self.get_paginated_response(ErasureJobUserSerializer(page, many=True).data)

@@ -7,7 +7,14 @@ from rest_framework.routers import DefaultRouter
 from rest_framework.throttling import AnonRateThrottle
 
 from community.views import CohortViewSet, CommunityLayerViewSet, CommunityViewSet, LeaveCacheView
-from signals_app.views import EraseView, SignalIngestView, UserSignalsView
+from signals_app.views import (
+    EraseView,
+    ErasureJobDetailView,
+    ErasureJobResultsView,
+    ErasureJobView,
+    SignalIngestView,
+    UserSignalsView,
+)
 from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
 from tidalproject.parsers import JSONParser
@@ -38,6 +45,9 @@ urlpatterns = [
     path("api/signals/", SignalIngestView.as_view(), name="signals"),
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
     path("api/community-layer/<str:user_id>/erase/", EraseView.as_view(), name="erase"),
+    path("api/erasures/", ErasureJobView.as_view(), name="erasures"),
+    path("api/erasures/<int:job_id>/", ErasureJobDetailView.as_view(), name="erasure-job"),
+    path("api/erasures/<int:job_id>/results/", ErasureJobResultsView.as_view(), name="erasure-job-results"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
