@@ -23,7 +23,15 @@ from typing import Any
 
 from drills.deployment import PROJECT_DIR, Deployment
 
-DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input"]
+DRILLS = [
+    "stop_forward",
+    "worker_crash",
+    "broker_loss",
+    "database_outage",
+    "leave_storm",
+    "hostile_input",
+    "erasure",  # Redis databases 14-15: the last pair
+]
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -79,9 +87,16 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
         "leave_storm": f"{result.get('changes', 0):,} changes",
         "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
+        "erasure": f"{result.get('erased_one_by_one', 0) + result.get('erased_in_bulk', 0)} users erased under load; "
+        f"kill -9 mid-job: {result.get('worker_killed_mid_job')}",
     }.get(name, "")
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
+    if name == "erasure":
+        lost = (
+            f"{result.get('erased_signals_remaining', '?')} signals of erased users remain; aggregates "
+            f"{'equal' if result.get('aggregates_match') else 'DIFFER'}; verifier exit 0: {result.get('verify_exit_0')}"
+        )
     return load, faults, lost
 
 

@@ -220,9 +220,11 @@ def select_by_user(model: Any, target: str, user_ids: Iterable[int]) -> list[tup
 
 # --- erasure ------------------------------------------------------------------------------------
 
+# Cohorts first, as the pipeline adds to them (process_signals): the two lock aggregate rows
+# table by table in the same order, or an erasure and a batch could deadlock each other.
 _AGGREGATE_TARGETS: tuple[tuple[type[CommunityAggregate] | type[CohortAggregate], str, str], ...] = (
-    (CommunityAggregate, "community_id", "credited_communities"),
     (CohortAggregate, "cohort_id", "credited_cohorts"),
+    (CommunityAggregate, "community_id", "credited_communities"),
 )
 
 # The signals an erasure takes back: the user's, received before the erasure's version (a
@@ -240,23 +242,26 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
     """
     if not _postgresql():
         return _take_back_in_python(user_id, before)
-    params = {"user": user_id, "before": before}
     signals = Signal._meta.db_table
     rows_changed = 0
     with connection.cursor() as cursor:
         # FOR UPDATE without SKIP LOCKED: a batch holding some of them commits first, and its
-        # outcome is what is read (attributed -> subtracted below).
+        # outcome is what is read (attributed -> subtracted below). Every later statement works
+        # on exactly the rows locked here: under READ COMMITTED each statement sees rows
+        # committed since, which another transaction may hold (the settle pass takes those).
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {signals} s WHERE {_TAKEN} ORDER BY s.id FOR UPDATE) t",  # noqa: S608
-            params,
+            f"SELECT s.id FROM {signals} s WHERE {_TAKEN} ORDER BY s.id FOR UPDATE",  # noqa: S608
+            {"user": user_id, "before": before},
         )
-        if cursor.fetchone()[0] == 0:
+        ids = [row[0] for row in cursor.fetchall()]
+        if not ids:
             return 0, 0
+        params: dict[str, Any] = {"user": user_id, "before": before, "ids": ids}
         for model, target, credited in _AGGREGATE_TARGETS:
             cursor.execute(_subtract_sql(model._meta.db_table, target, credited), params)
             gone, kept = cursor.fetchone()
             rows_changed += gone + kept
-        cursor.execute(f"DELETE FROM {signals} s WHERE {_TAKEN}", params)  # noqa: S608
+        cursor.execute(f"DELETE FROM {signals} WHERE id = ANY(%(ids)s::bigint[])", params)  # noqa: S608
         deleted = cursor.rowcount
     return deleted, rows_changed
 
@@ -274,7 +279,7 @@ def _subtract_sql(table: str, target: str, credited: str) -> str:
                    date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
                    s.item_id, s.kind, count(*) AS n, sum(s.weight) AS w, max(s.occurred_at) AS last
             FROM {signals} s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) AS c(target)
-            WHERE {_TAKEN} AND s.outcome = 1
+            WHERE s.id = ANY(%(ids)s::bigint[]) AND s.outcome = 1
             GROUP BY 1, 2, 3, 4
         ), locked AS (
             SELECT a.id, a.count - r.n AS count, a.weight_sum - r.w AS weight_sum, a.last_at,
@@ -308,11 +313,12 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
 
     taken = Q(user_id=user_id) & (Q(fence_at_receipt__isnull=True) | Q(fence_at_receipt__lt=before))
     mine = Signal.objects.select_for_update().filter(taken)
-    rows = list(mine.values_list("id", "outcome", "item_id", "kind", "weight", "occurred_at", *_CREDITED))
+    credited_columns = [credited for _model, _target, credited in _AGGREGATE_TARGETS]
+    rows = list(mine.values_list("id", "outcome", "item_id", "kind", "weight", "occurred_at", *credited_columns))
     if not rows:
         return 0, 0
     rows_changed = 0
-    for index, (model, target, _credited) in enumerate(_AGGREGATE_TARGETS):
+    for index, (model, target, credited_column) in enumerate(_AGGREGATE_TARGETS):
         removed: Increments = {}
         for _id, outcome, item_id, kind, weight, at, *credited in rows:
             if outcome != Outcome.ATTRIBUTED:
@@ -337,7 +343,7 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
                     Signal.objects.filter(outcome=Outcome.ATTRIBUTED, item_id=item_id, kind=kind)
                     .filter(occurred_at__gte=hour, occurred_at__lt=hour + _ONE_HOUR)
                     .exclude(taken)
-                    .values_list("occurred_at", _CREDITED[index])
+                    .values_list("occurred_at", credited_column)
                 )
                 times = [at for at, targets in remaining if target_id in (targets or ())]
                 row.last_at = max(times, default=row.last_at)
@@ -346,5 +352,4 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
     return deleted, rows_changed
 
 
-_CREDITED = ("credited_communities", "credited_cohorts")
 _ONE_HOUR = timedelta(hours=1)
