@@ -31,6 +31,7 @@ from tidalproject.api import parse_user_id
 from .exports import csv_export_response
 from .membership import CommunityMembership, MembershipStatus
 from .models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
+from .permissions import ERASE_ANY
 from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
 from .serializers import STATUS_FILTERS, _rfc3339
 from .services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
@@ -67,6 +68,8 @@ def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra:
         "title": title,
         "may_change": model_admin.has_change_permission(request),
         "may_view_signals": request.user.has_perm(VIEW_SIGNALS),
+        # The Erase button leads to signals_app's admin (erasure touches signals).
+        "may_erase": request.user.is_staff and request.user.has_perm(ERASE_ANY),
         **extra,
     }
 

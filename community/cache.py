@@ -104,6 +104,10 @@ class LeaveGate:
     def is_corrupt(self, user_id: int) -> bool:
         return user_id in self._cache._corrupt
 
+    def is_erased(self, user_id: int) -> bool:
+        """Erased and still left: their new signals are not stored at all (suppressed)."""
+        return user_id in self._cache._erased
+
     def is_left(self, user_id: int, since: int | None = None) -> bool:
         if self._held(user_id):
             return True
@@ -175,6 +179,9 @@ class LeaveCache:
         # per process, added up to gigabytes on a machine of 33 processes).
         self._gated = BitMap64()
         self._corrupt: set[int] = set()  # the gated ids whose record cannot be read
+        # The gated ids whose last change that made them left was an erasure: an erase adds,
+        # a change back to active (a rejoin) removes, a leave leaves it as it is.
+        self._erased: set[int] = set()
         # user id -> the last version at which the feed made them left (or corrupt), for the
         # while-queued check; it covers versions after ``_log_from`` only.
         self._left_log: dict[int, int] = {}
@@ -211,6 +218,7 @@ class LeaveCache:
             "generation": gate.generation,
             "epoch": str(self._epoch),
             "size": self.size,
+            "erased": len(self._erased),
             "warms": self.warms,
             "last_warm_reason": self.last_warm_reason,
             "syncs": self.syncs,
@@ -235,6 +243,7 @@ class LeaveCache:
     def _forget(self) -> None:
         self._gated = BitMap64()
         self._corrupt = set()
+        self._erased = set()
         self._left_log = {}
         self._version = None
         self._generation = None
@@ -309,6 +318,7 @@ class LeaveCache:
         at_version = LeaveHistory.objects.using(using).filter(version=version).values_list("user_id", "at").first()
         self._gated = gated
         self._corrupt = corrupt
+        self._erased = {user_id for user_id in _erased_query(using, version) if user_id in gated}
         self._left_log = {}
         self._log_from = version
         self._version = version
@@ -338,14 +348,16 @@ class LeaveCache:
             LeaveHistory.objects.using(using)
             .filter(version__gt=last, version__lte=version)
             .order_by("version")
-            .values_list("version", "user_id", "value", "at")
+            .values_list("version", "user_id", "value", "at", "action")
         )
-        gated, corrupt, log = self._gated, self._corrupt, self._left_log
+        gated, corrupt, erased, log = self._gated, self._corrupt, self._erased, self._left_log
         fingerprint: Any = None
-        for change_version, user_id, value, at in changes:
+        for change_version, user_id, value, at, action in changes:
             record = deserialize_membership(user_id, value)
             if record is None or record.status == MembershipStatus.LEFT:
                 gated.add(user_id)
+                if action == _ERASE:
+                    erased.add(user_id)
                 log[user_id] = change_version
                 if record is None:
                     corrupt.add(user_id)
@@ -354,6 +366,7 @@ class LeaveCache:
             else:
                 gated.discard(user_id)
                 corrupt.discard(user_id)
+                erased.discard(user_id)
             last = change_version
             fingerprint = (user_id, at)
             self.feed_rows += 1
@@ -403,6 +416,28 @@ def _read_gated(using: str) -> tuple[BitMap64, set[int]]:
             gated.update(ids)
             corrupt.update(unreadable or ())
             after = last
+
+
+_ERASE = "erase"  # ChangeAction.ERASE (the models import this module)
+
+
+def _erased_query(using: str, version: int) -> set[int]:
+    """Users erased at or before ``version`` and not active again since (no later change to
+    an active record): read through the partial index of erase rows."""
+    from .models import LeaveHistory
+
+    active_again = (
+        LeaveHistory.objects.using(using)
+        .annotate(record_status=RecordStatus("value"))
+        .filter(
+            user_id=models.OuterRef("user_id"),
+            version__gt=models.OuterRef("version"),
+            version__lte=version,
+            record_status=MembershipStatus.ACTIVE,
+        )
+    )
+    erases = LeaveHistory.objects.using(using).filter(action=_ERASE, version__lte=version)
+    return set(erases.filter(~models.Exists(active_again)).values_list("user_id", flat=True))
 
 
 def _fingerprint(row: tuple[Any, Any] | None) -> tuple[Any, Any]:

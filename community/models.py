@@ -35,6 +35,9 @@ class CommunityLeave(models.Model):
 
     class Meta:
         verbose_name = "community leave record"
+        # Erasing takes back a user's past contributions and deletes their signals: operators
+        # need this permission of its own (a user may always erase themselves).
+        permissions = [("erase_communityleave", "Can erase a user's signals and contributions")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(user_id__gte=0, user_id__lte=MAX_USER_ID),
@@ -81,6 +84,9 @@ MAX_REASON_LENGTH = 500
 class ChangeAction(models.TextChoices):
     LEAVE = "leave", "leave"
     REJOIN = "rejoin", "rejoin"
+    # A leave that also took back the past (signals_app.erasure): always written, even for a
+    # user already left, so that every fence sees it; the row carries the receipt's counts.
+    ERASE = "erase", "erase"
 
 
 class ChangeSource(models.TextChoices):
@@ -105,6 +111,9 @@ class LeaveHistory(models.Model):
     at = models.DateTimeField(default=timezone.now)
     # Why, in the operator's or the user's words (optional); shown in the admin, feed and webhooks.
     reason = models.CharField(max_length=MAX_REASON_LENGTH, blank=True, default="")
+    # An erasure's receipt (null for other actions): signals deleted, aggregate rows changed.
+    signals_removed = models.BigIntegerField(null=True, blank=True)
+    aggregate_rows_changed = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         verbose_name = "leave history entry"
@@ -113,6 +122,8 @@ class LeaveHistory(models.Model):
         indexes = [
             models.Index(fields=["user_id", "-version"], name="leave_history_user"),
             models.Index(fields=["at"], name="leave_history_at"),  # the console's per-day counts
+            # Warming the erased set and settling erasures read the erase rows only.
+            models.Index(fields=["user_id", "version"], condition=models.Q(action="erase"), name="leave_history_erase"),
         ]
 
     def __str__(self) -> str:

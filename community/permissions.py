@@ -6,6 +6,8 @@ from rest_framework.exceptions import PermissionDenied
 
 READ_ANY = "community.view_communityleave"
 CHANGE_ANY = "community.change_communityleave"
+# Erasing anyone but oneself (signals_app.erasure): a permission of its own, not implied by CHANGE_ANY.
+ERASE_ANY = "community.erase_communityleave"
 
 
 def ensure_may_act_on(user: Any, *, user_id: int, perm: str) -> None:

@@ -115,7 +115,19 @@ class LeaveHistorySerializer(serializers.ModelSerializer[LeaveHistory]):
 
     class Meta:
         model = LeaveHistory
-        fields = ["version", "action", "status", "left_at_ns", "actor", "source", "at", "reason"]
+        # signals_removed and aggregate_rows_changed: an erasure's receipt (null otherwise).
+        fields = [
+            "version",
+            "action",
+            "status",
+            "left_at_ns",
+            "actor",
+            "source",
+            "at",
+            "reason",
+            "signals_removed",
+            "aggregate_rows_changed",
+        ]
 
     def get_status(self, entry: LeaveHistory) -> str | None:
         record = entry.membership

@@ -71,7 +71,12 @@ def _to_active(user_id: int, current: CommunityMembership | None, now_ns: int) -
 _TRANSITIONS: dict[ChangeAction, _Transition] = {
     ChangeAction.LEAVE: _to_left,
     ChangeAction.REJOIN: _to_active,
+    ChangeAction.ERASE: _to_left,  # an erasure leaves like a leave, with the same fence
 }
+# Actions written even when the record stays as it is: an erasure of a user already left
+# still needs its own history row (its receipt), and the version it bumps is what every
+# process's fence sees.
+_ALWAYS_WRITTEN = frozenset({ChangeAction.ERASE})
 
 
 class LayerChange(NamedTuple):
@@ -89,6 +94,7 @@ def _change_community_layer(
         raise ValueError(f"reason: at most {MAX_REASON_LENGTH} characters")
     ids = list(dict.fromkeys(user_ids))
     transition = _TRANSITIONS[action]
+    always = action in _ALWAYS_WRITTEN
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
     actor_label = actor.get_username() if actor_id is not None else ""
     with transaction.atomic():
@@ -101,7 +107,7 @@ def _change_community_layer(
             current = deserialize_membership(user_id, stored[user_id]) if user_id in stored else default_active(user_id)
             new = transition(user_id, current, now_ns)
             results[user_id] = new
-            if new != current:
+            if always or new != current:
                 changed.append(new)
         changed_ids = {m.user_id for m in changed}
         versions = _last_versions([u for u in ids if u in stored and u not in changed_ids])
@@ -198,6 +204,16 @@ def bulk_rejoin_community_layer(
     return _change_community_layer(
         user_ids=user_ids, action=ChangeAction.REJOIN, actor=actor, source=source, reason=reason
     )
+
+
+def erase_community_layer(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> LayerChange:
+    """The leave half of an erasure: ``user_id`` leaves (keeping an earlier ``left_at_ns``)
+    and an ``erase`` history row is written at a new version, even when they were left.
+
+    Meant to run inside the erasing transaction of ``signals_app.erasure``, which takes the
+    user's signals back before it commits: the clock stays locked until then.
+    """
+    return _change_community_layer(user_ids=[user_id], action=ChangeAction.ERASE, actor=actor, source=source)[user_id]
 
 
 def leave_cache_rewarm_everywhere() -> int:

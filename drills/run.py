@@ -34,6 +34,7 @@ DRILLS = [
     "backlog",
     "auth_attacks",
     "webhooks",
+    "erasure",
 ]
 
 
@@ -102,6 +103,10 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
             f"{result.get('changes', 0):,} changes; receivers: 500 to half, down "
             f"{result.get('receiver_down_seconds', 0):g} s; {result.get('worker_kills', 0)} worker kill -9"
         ),
+        "erasure": (
+            f"{result.get('erased_one_by_one', 0) + result.get('erased_in_bulk', 0)} users erased under load; "
+            f"kill -9 mid-job: {result.get('worker_killed_mid_job')}"
+        ),
     }.get(name, "")
     if name == "auth_attacks":
         lost = f"{result.get('attacker_log_ins', '?')} attacker log-ins; {result.get('refused', 0):,} refused"
@@ -113,6 +118,11 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
         )
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
+    if name == "erasure":
+        lost = (
+            f"{result.get('erased_signals_remaining', '?')} signals of erased users remain; aggregates "
+            f"{'equal' if result.get('aggregates_match') else 'DIFFER'}; verifier exit 0: {result.get('verify_exit_0')}"
+        )
     return load, faults, lost
 
 

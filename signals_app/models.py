@@ -76,6 +76,13 @@ class Signal(models.Model):
             models.Index(fields=["received_at"], condition=models.Q(outcome=0), name="signal_pending_by_age"),
             models.Index(fields=["outcome", "processed_at"], name="signal_outcome_time"),
             models.Index(fields=["id"], condition=models.Q(outcome=4), name="signal_failed"),
+            # An erasure recomputes last_at of an aggregate row from the remaining attributed
+            # signals of its (item, kind, hour): without this, one scan of the table per row.
+            models.Index(
+                fields=["item_id", "kind", "occurred_at"],
+                condition=models.Q(outcome=1),
+                name="signal_attributed_by_item",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -122,3 +129,64 @@ class CohortAggregate(Aggregate):
 
     def __str__(self) -> str:
         return f"{self.cohort_id} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"
+
+
+class ErasureJob(models.Model):
+    """A bulk erasure: users erased one by one by a Celery task, each in its own transaction,
+    with a result row per user (so a task delivered again resumes where the last one stopped)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by_label = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=16)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    total = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # When a task was last sent for it: the sweep sends another for an unfinished job whose
+    # task has not been heard of for a while (a worker killed, a broker that lost it).
+    kicked_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["kicked_at"], condition=~models.Q(state="done"), name="erasure_job_unfinished")]
+
+    def __str__(self) -> str:
+        return f"erasure job {self.pk} ({self.total} users, {self.state})"
+
+
+class ErasureJobUser(models.Model):
+    """One user of a bulk erasure and, once erased, the receipt's figures."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    job = models.ForeignKey(ErasureJob, on_delete=models.CASCADE, related_name="users")
+    position = models.PositiveIntegerField()
+    user_id = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    version = models.BigIntegerField(null=True, blank=True)
+    signals_removed = models.BigIntegerField(null=True, blank=True)
+    aggregate_rows_changed = models.BigIntegerField(null=True, blank=True)
+    already_erased = models.BooleanField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "position"], name="erasure_job_user_position"),
+            models.UniqueConstraint(fields=["job", "user_id"], name="erasure_job_user_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} of erasure job {self.job_id}: {self.state}"

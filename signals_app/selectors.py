@@ -112,3 +112,19 @@ def outcomes_per_hour(*, hours: int = 24, now: datetime | None = None) -> list[H
         counts[row["hour"], Outcome.PENDING.label] = row["n"]
     hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
     return [HourOutcomes(hour, {o.label: counts.get((hour, o.label), 0) for o in Outcome}) for hour in hours_shown]
+
+
+def erasure_job_progress(*, job_id: int) -> Any:
+    """A bulk erasure with its counts of users done, failed and pending (404 if unknown)."""
+    from django.db.models import Count, Q
+    from django.shortcuts import get_object_or_404
+
+    from .models import ErasureJob, ErasureJobUser
+
+    done, failed, pending = ErasureJobUser.State.DONE, ErasureJobUser.State.FAILED, ErasureJobUser.State.PENDING
+    jobs = ErasureJob.objects.annotate(
+        done=Count("users", filter=Q(users__state=done)),
+        failed=Count("users", filter=Q(users__state=failed)),
+        pending=Count("users", filter=Q(users__state=pending)),
+    )
+    return get_object_or_404(jobs, pk=job_id)

@@ -31,6 +31,8 @@ class IngestResult:
     accepted: int
     duplicates: int
     signal_ids: list[int]
+    # Signals of users erased and still left: dropped, not stored (signals_app.erasure).
+    suppressed: int = 0
 
 
 def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
@@ -40,22 +42,47 @@ def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
     every signal: a signal whose user has left is stored as gated (left at receipt, or a
     corrupt record) and never queued. Processing checks again and also looks at every change
     in between, so a signal is attributed only if its user was active all along. A signal
-    whose idempotency key this sender used before is a duplicate: not stored again.
+    whose idempotency key this sender used before is a duplicate: not stored again. A signal
+    of a user who is erased and still left is not stored at all: counted as suppressed.
     """
     with transaction.atomic():
         gate = CommunityLeave.objects.gate()
+        kept = [s for s in signals if not gate.is_erased(s.user_id)]
         rows = [
             (s.user_id, s.item_id, s.kind, s.weight, s.occurred_at, s.idempotency_key, *_receipt(gate, s.user_id))
-            for s in signals
+            for s in kept
         ]
-        inserted = insert_signals(sender.pk, timezone.now(), gate.version, rows)
+        inserted = insert_signals(sender.pk, timezone.now(), gate.version, rows) if rows else []
         pending = [signal_id for signal_id, outcome in inserted if outcome == Outcome.PENDING]
         if pending:
             transaction.on_commit(partial(_enqueue_after_commit, pending), robust=True)
-        transaction.on_commit(partial(_ingested, len(inserted), len(inserted) - len(pending)))
+        suppressed = len(signals) - len(kept)
+        transaction.on_commit(partial(_ingested, len(inserted), len(inserted) - len(pending), suppressed))
+        if len(pending) < len(inserted):
+            gated_ids = [signal_id for signal_id, outcome in inserted if outcome != Outcome.PENDING]
+            gated_users = {row[0] for row in rows if row[6] != Outcome.PENDING}
+            transaction.on_commit(partial(_drop_if_erased_meanwhile, gated_ids, gated_users), robust=True)
     return IngestResult(
-        accepted=len(inserted), duplicates=len(rows) - len(inserted), signal_ids=[i for i, _ in inserted]
+        accepted=len(inserted),
+        duplicates=len(rows) - len(inserted),
+        signal_ids=[i for i, _ in inserted],
+        suppressed=suppressed,
     )
+
+
+def _drop_if_erased_meanwhile(signal_ids: list[int], user_ids: set[int]) -> None:
+    """Signals stored gated on receipt are never processed: if their user was erased by a
+    transaction concurrent with this ingest (which could not see these rows), delete them
+    now. Either that erasure committed first, and this sync sees it, or it commits later,
+    and its settle pass sees these rows. A failure here is left to the sweep."""
+    try:
+        gate = CommunityLeave.objects.gate()
+        erased = [user_id for user_id in user_ids if gate.is_erased(user_id)]
+        if erased:
+            dropped, _ = Signal.objects.filter(id__in=signal_ids, user_id__in=erased).delete()
+            metrics.SIGNALS_ERASED.labels(stage="ingest").inc(dropped)
+    except DatabaseError:
+        logger.warning("could not check %d gated signals against erasures: left to the sweep", len(signal_ids))
 
 
 def _receipt(gate: LeaveGate, user_id: int) -> tuple[Outcome, GatedReason | None]:
@@ -64,8 +91,10 @@ def _receipt(gate: LeaveGate, user_id: int) -> tuple[Outcome, GatedReason | None
     return Outcome.GATED, GatedReason.CORRUPT_RECORD if gate.is_corrupt(user_id) else GatedReason.LEFT_AT_RECEIPT
 
 
-def _ingested(accepted: int, gated: int) -> None:
+def _ingested(accepted: int, gated: int, suppressed: int = 0) -> None:
     metrics.SIGNALS_ACCEPTED.inc(accepted)
+    if suppressed:
+        metrics.SIGNALS_SUPPRESSED.inc(suppressed)
     if gated:
         metrics.SIGNALS_PROCESSED.labels(outcome="gated", stage="ingest").inc(gated)
 
@@ -101,10 +130,12 @@ class BatchReport:
     gated: int = 0
     no_target: int = 0
     failed: int = 0
+    # Deleted: received before an erasure of their user, who is still left (signals_app.erasure).
+    erased: int = 0
 
     @property
     def processed(self) -> int:
-        return self.attributed + self.gated + self.no_target + self.failed
+        return self.attributed + self.gated + self.no_target + self.failed + self.erased
 
     def __add__(self, other: BatchReport) -> BatchReport:
         return BatchReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
@@ -213,6 +244,7 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         community_increments: Increments = {}
         marks: list[tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]] = []
         counts = dict.fromkeys(Outcome, 0)
+        erased: list[int] = []
         no_targets: Sequence[int] = ()
         for (signal_id, user_id, item_id, kind, weight, occurred_at, *_), since in zip(rows, since_by_row, strict=True):
             cohort_ids = cohorts.get(user_id, no_targets)
@@ -224,6 +256,11 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
                 gate, user_id, item_id, kind, weight, occurred_at, community_ids, community_increments, since=since
             )
             outcome = min(attributed, forwarded, key=_OUTCOME_RANK.__getitem__)
+            if outcome == Outcome.GATED and gate.is_erased(user_id):
+                # Received before an erasure of its user (afterwards they are suppressed at
+                # ingest), never credited: deleted, nothing to subtract.
+                erased.append(signal_id)
+                continue
             counts[outcome] += 1
             if outcome == Outcome.GATED:
                 marks.append((signal_id, outcome, _gated_reason(gate, user_id), None, None))
@@ -235,8 +272,13 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         add_to_aggregates(CommunityAggregate, community_increments)
         now = timezone.now()
         mark_outcomes(marks, now, fence)
+        if erased:
+            Signal.objects.filter(id__in=erased).delete()
         report = BatchReport(
-            attributed=counts[Outcome.ATTRIBUTED], gated=counts[Outcome.GATED], no_target=counts[Outcome.NO_TARGET]
+            attributed=counts[Outcome.ATTRIBUTED],
+            gated=counts[Outcome.GATED],
+            no_target=counts[Outcome.NO_TARGET],
+            erased=len(erased),
         )
         reasons = [GatedReason(mark[2]).label for mark in marks if mark[2] is not None]
         age = (now - min(row[6] for row in rows)).total_seconds()
@@ -298,6 +340,8 @@ def _processed(report: BatchReport, reasons: list[str], seconds: float, age: flo
     for outcome in ("attributed", "gated", "no_target"):
         if count := getattr(report, outcome):
             metrics.SIGNALS_PROCESSED.labels(outcome=outcome, stage="worker").inc(count)
+    if report.erased:
+        metrics.SIGNALS_ERASED.labels(stage="worker").inc(report.erased)
     for reason in reasons:
         metrics.SIGNALS_GATED.labels(reason=reason).inc()
     metrics.BATCH_SECONDS.observe(seconds)

@@ -9,6 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
+from .erasure import erasure_job_run, restart_stalled_erasure_jobs, settle_erasures
 from .services import TRANSIENT_ERRORS, process_signals_isolating_failures, requeue_pending_signals
 
 
@@ -39,4 +40,23 @@ def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
 )
 def sweep_pending_signals() -> dict[str, int | None]:
     report = requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
-    return asdict(report)
+    # The erasures' safety nets: anything an erasure could not see, and bulk jobs whose task died.
+    settled = settle_erasures()
+    restarted = restart_stalled_erasure_jobs(older_than=timedelta(seconds=settings.ERASURE_JOB_RESTART_AFTER_SECONDS))
+    return {**asdict(report), "erasures_settled": settled, "erasure_jobs_restarted": restarted}
+
+
+@shared_task(
+    acks_late=True,  # a worker killed mid-job leaves the message to be delivered again: it resumes
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=True,
+    retry_backoff_max=60,
+    max_retries=20,  # after that the sweep restarts the job
+    soft_time_limit=3600,
+    time_limit=3700,
+    ignore_result=True,
+)
+def run_erasure_job(job_id: int) -> dict[str, int | str]:
+    job = erasure_job_run(job_id=job_id)
+    return {"job": job.pk, "state": job.state}

@@ -11,7 +11,10 @@ Three checks, each naming its counterexamples:
    change in between made them left). A corrupt record is not in the history and is accepted
    as a reason: gating is always the safe side;
 3. every aggregate row equals what the attributed signals credited to it add up to (count,
-   weight sum, last time), and every credit has its row.
+   weight sum, last time), and every credit has its row;
+4. no signal remains that was received before an erasure of its user (an ``erase`` history
+   row at a version above its receipt fence; without a receipt fence, any erasure): an
+   erasure deletes them all, and with check 3 the aggregates equal what remains.
 
 Signals are read in chunks of ids, with the checks evaluated by the database; only
 counterexamples come back, so memory stays bounded however many signals there are.
@@ -33,7 +36,7 @@ from tqdm import tqdm
 
 from community.cache import RecordStatus
 from community.membership import MembershipStatus
-from community.models import LeaveHistory
+from community.models import ChangeAction, LeaveHistory
 
 from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
 
@@ -48,6 +51,7 @@ class Verification:
     gated: int = 0
     without_evidence: int = 0  # processed before the evidence was recorded: nothing to prove
     aggregate_rows_checked: int = 0
+    erased_remaining: int = 0  # signals received before an erasure of their user (check 4)
     counterexamples: int = 0
     named: list[str] = field(default_factory=list)
     max_named: int = 100
@@ -167,10 +171,26 @@ def verify_stop_forward(*, since: datetime | None = None, progress: bool = True,
             result.without_evidence += counts["without"]
             for signal in _counterexamples(chunk).order_by("id"):
                 result.add(_describe(signal))
+            for signal_id, user_id, fence in (
+                chunk.filter(_erased_after_receipt()).order_by("id").values_list("id", "user_id", "fence_at_receipt")
+            ):
+                result.erased_remaining += 1
+                result.add(f"signal {signal_id} of user {user_id} (receipt fence {fence}) survived an erasure")
     result.signals_checked = result.attributed + result.gated
     for model in (CommunityAggregate, CohortAggregate):
         _check_aggregates(model, result, since=since)
     return result
+
+
+def _erased_after_receipt() -> Exists:
+    """An erasure of the signal's user after its receipt check (any, where it has none)."""
+    return Exists(
+        LeaveHistory.objects.filter(
+            action=ChangeAction.ERASE,
+            user_id=OuterRef("user_id"),
+            version__gt=Coalesce(OuterRef("fence_at_receipt"), Value(-1)),
+        )
+    )
 
 
 def _count_of(*outcomes: int, no_evidence: bool = False) -> Count:

@@ -13,12 +13,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from community.permissions import ensure_may_act_on
+from community.models import ChangeSource
+from community.permissions import ERASE_ANY, ensure_may_act_on
 from community.views import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle, is_service_account
 
-from .selectors import user_recent_signals
-from .serializers import IngestResultSerializer, PaginatedSignalsSerializer, SignalBatchSerializer, SignalOutSerializer
+from .erasure import erase_user, erasure_job_create
+from .models import ErasureJobUser
+from .selectors import erasure_job_progress, user_recent_signals
+from .serializers import (
+    BulkErasureSerializer,
+    ErasureJobSerializer,
+    ErasureJobUserSerializer,
+    ErasureReceiptSerializer,
+    IngestResultSerializer,
+    PaginatedSignalsSerializer,
+    SignalBatchSerializer,
+    SignalOutSerializer,
+)
 from .services import ingest_signals
 from .validation import parse_signal_batch
 
@@ -52,7 +64,10 @@ class SignalIngestView(APIView):
             require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
         )
         result = ingest_signals(sender=request.user, signals=signals)
-        return Response({"accepted": result.accepted, "duplicates": result.duplicates}, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            {"accepted": result.accepted, "duplicates": result.duplicates, "suppressed": result.suppressed},
+            status=status.HTTP_202_ACCEPTED,
+        )
 
 
 class UserSignalsView(GenericAPIView[Any]):
@@ -71,3 +86,75 @@ class UserSignalsView(GenericAPIView[Any]):
         ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)
         page = self.paginate_queryset(user_recent_signals(user_id=uid))
         return self.get_paginated_response(SignalOutSerializer(page, many=True).data)
+
+
+class EraseView(APIView):
+    """Erase a user: they leave, their past contributions are taken back from every aggregate,
+    their stored signals are deleted. A user may erase themselves; operators need their own
+    permission (``community.erase_communityleave``)."""
+
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [WriteRateThrottle]
+
+    @extend_schema(
+        request=None,
+        parameters=[USER_ID_PARAM],
+        responses=ErasureReceiptSerializer,
+        summary="Erase a user: leave and take back every past contribution",
+    )
+    def post(self, request: Request, user_id: str) -> Response:
+        uid = parse_path_user_id(user_id)
+        ensure_may_act_on(request.user, user_id=uid, perm=ERASE_ANY)
+        receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
+        return Response(ErasureReceiptSerializer(receipt).data)
+
+
+class CanEraseAnyone(BasePermission):
+    message = f"Bulk erasure needs the {ERASE_ANY} permission."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.has_perm(ERASE_ANY))
+
+
+JOB_ID_PARAM = OpenApiParameter("job_id", int, OpenApiParameter.PATH, description="The erasure job's id.")
+
+
+class ErasureJobView(APIView):
+    """Bulk erasure: many users erased by a Celery task, one transaction each, with progress."""
+
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+    throttle_classes = [WriteRateThrottle]
+
+    @extend_schema(
+        request=BulkErasureSerializer,
+        responses={202: ErasureJobSerializer},
+        summary="Erase many users, asynchronously (operators)",
+    )
+    def post(self, request: Request) -> Response:
+        body = BulkErasureSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = erasure_job_create(user_ids=body.validated_data["user_ids"], actor=request.user, source=ChangeSource.API)
+        return Response(ErasureJobSerializer(erasure_job_progress(job_id=job.pk)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ErasureJobDetailView(APIView):
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+
+    @extend_schema(parameters=[JOB_ID_PARAM], responses=ErasureJobSerializer, summary="A bulk erasure's progress")
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(ErasureJobSerializer(erasure_job_progress(job_id=job_id)).data)
+
+
+class ErasureJobResultsView(GenericAPIView[Any]):
+    permission_classes = [IsAuthenticated, CanEraseAnyone]
+    serializer_class = ErasureJobUserSerializer
+
+    @extend_schema(
+        parameters=[JOB_ID_PARAM, OpenApiParameter("limit", int), OpenApiParameter("offset", int)],
+        responses=ErasureJobUserSerializer(many=True),
+        summary="A bulk erasure's per-user results, in the order given",
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        job = erasure_job_progress(job_id=job_id)
+        page = self.paginate_queryset(ErasureJobUser.objects.filter(job=job).order_by("position"))
+        return self.get_paginated_response(ErasureJobUserSerializer(page, many=True).data)

@@ -101,7 +101,7 @@ def test_leave_stops_forwarding_and_rejoin_restores_it(live_server, token, targe
     worker()
     signal = {"user_id": 501, "item_id": 9, "kind": "like", "weight": 2}
 
-    assert post_signals(url, token, [signal] * 3) == {"accepted": 3, "duplicates": 0}
+    assert post_signals(url, token, [signal] * 3) == {"accepted": 3, "duplicates": 0, "suppressed": 0}
     wait_for(no_pending, what="the first signals to be processed")
     before = aggregates()
     assert sorted(v for v in before.values()) == [(3, 6.0)] * 3  # c1, c2 and k1 each got all three

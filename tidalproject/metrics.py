@@ -32,6 +32,15 @@ SIGNALS_ENQUEUE_FAILED = Counter(
     "tidal_signals_enqueue_failed", "Stored signals whose processing task could not be sent (left to the sweep)."
 )
 SIGNALS_REQUEUED = Counter("tidal_signals_requeued", "Pending signals the sweep enqueued again.")
+SIGNALS_SUPPRESSED = Counter(
+    "tidal_signals_suppressed", "Signals of erased users (still left) dropped at ingest, never stored."
+)
+SIGNALS_ERASED = Counter(
+    "tidal_signals_erased",
+    "Signals deleted by erasures: by the erasure itself, at processing (received before it), or by the sweep.",
+    ["stage"],
+)
+ERASURES = Counter("tidal_erasures", "Erasures that wrote a receipt.", ["source"])
 LEAVE_CHANGES = Counter("tidal_leave_changes", "Leave records changed.", ["action", "source"])
 FENCE_SYNCS = Counter("tidal_leave_fence_syncs", "Leave fence syncs, by what they found.", ["result"])
 CACHE_WARM_SECONDS = Histogram(

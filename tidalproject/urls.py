@@ -11,7 +11,14 @@ from community.views import (
     LeaveCacheView,
     WebhookSubscriptionViewSet,
 )
-from signals_app.views import SignalIngestView, UserSignalsView
+from signals_app.views import (
+    EraseView,
+    ErasureJobDetailView,
+    ErasureJobResultsView,
+    ErasureJobView,
+    SignalIngestView,
+    UserSignalsView,
+)
 from tidalproject.health import HealthView, WorkersHealthView
 from tidalproject.metrics import metrics_view
 
@@ -29,6 +36,10 @@ urlpatterns = [
     path("api/leave-cache/", LeaveCacheView.as_view(), name="leave-cache"),
     path("api/signals/", SignalIngestView.as_view(), name="signals"),
     path("api/community-layer/<str:user_id>/signals/", UserSignalsView.as_view(), name="user-signals"),
+    path("api/community-layer/<str:user_id>/erase/", EraseView.as_view(), name="erase"),
+    path("api/erasures/", ErasureJobView.as_view(), name="erasures"),
+    path("api/erasures/<int:job_id>/", ErasureJobDetailView.as_view(), name="erasure-job"),
+    path("api/erasures/<int:job_id>/results/", ErasureJobResultsView.as_view(), name="erasure-job-results"),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path(

@@ -58,9 +58,9 @@ def test_posting_signals_answers_202_with_accepted_and_duplicates(poster, sender
     body = {"signals": [{**OK, "idempotency_key": "a"}, {**OK, "idempotency_key": "b"}, OK]}
     r = poster.post(SIGNALS, body, format="json")
     assert r.status_code == 202
-    assert r.json() == {"accepted": 3, "duplicates": 0}
+    assert r.json() == {"accepted": 3, "duplicates": 0, "suppressed": 0}
     again = poster.post(SIGNALS, {"signals": [{**OK, "idempotency_key": "a"}, OK]}, format="json")
-    assert again.json() == {"accepted": 1, "duplicates": 1}
+    assert again.json() == {"accepted": 1, "duplicates": 1, "suppressed": 0}
     assert Signal.objects.filter(sender=sender).count() == 4
 
 
@@ -161,7 +161,11 @@ def test_1001_signals_are_400_and_1000_are_fine(poster) -> None:
     assert r.status_code == 400
     assert list(r.json()) == ["signals"]
     assert Signal.objects.count() == 0
-    assert poster.post(SIGNALS, {"signals": [OK] * 1000}, format="json").json() == {"accepted": 1000, "duplicates": 0}
+    assert poster.post(SIGNALS, {"signals": [OK] * 1000}, format="json").json() == {
+        "accepted": 1000,
+        "duplicates": 0,
+        "suppressed": 0,
+    }
 
 
 def test_empty_batch_and_unknown_top_level_field_are_400(poster) -> None:

@@ -208,7 +208,7 @@ def test_any_enqueue_failure_after_commit_still_answers_202(
     body = {"signals": [{"user_id": USER, "item_id": 1, "kind": "view"}]}
     with django_capture_on_commit_callbacks(execute=True):
         r = api.post("/api/signals/", body, format="json")
-    assert r.status_code == 202 and r.json() == {"accepted": 1, "duplicates": 0}
+    assert r.status_code == 202 and r.json() == {"accepted": 1, "duplicates": 0, "suppressed": 0}
     signal = Signal.objects.get()
     assert signal.outcome == Outcome.PENDING and signal.enqueued_at is None  # the sweep's first
 

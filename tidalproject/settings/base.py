@@ -316,6 +316,10 @@ SIGNAL_MAX_CLOCK_SKEW_SECONDS = env.int("SIGNAL_MAX_CLOCK_SKEW_SECONDS", default
 SIGNAL_BATCH_SIZE = env.int("SIGNAL_BATCH_SIZE", default=500)
 # The sweep re-enqueues signals still pending this long after they were received.
 SIGNAL_SWEEP_AFTER_SECONDS = env.int("SIGNAL_SWEEP_AFTER_SECONDS", default=120)
+# Bulk erasure: users a job (API or admin upload), and when the sweep restarts a job whose
+# task has not been heard of (a worker killed; the task's heartbeat is one erased user).
+ERASURE_JOB_MAX_USERS = env.int("ERASURE_JOB_MAX_USERS", default=10_000)
+ERASURE_JOB_RESTART_AFTER_SECONDS = env.int("ERASURE_JOB_RESTART_AFTER_SECONDS", default=300)
 CELERY_BEAT_SCHEDULE = {
     "sweep-pending-signals": {
         "task": "signals_app.tasks.sweep_pending_signals",

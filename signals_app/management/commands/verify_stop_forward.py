@@ -21,7 +21,8 @@ class Command(BaseCommand):
         "Prove the stop-forward promise from stored data alone: no attributed signal's user was "
         "left at any leave clock version between its receipt and processing checks, every gated "
         "reason agrees with the history, and every aggregate row equals what its attributed "
-        "signals add up to. Names each counterexample; exits 1 on any."
+        "signals add up to, and no signal received before an erasure of its user remains. "
+        "Names each counterexample; exits 1 on any."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -36,6 +37,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"signals checked: {result.signals_checked} (attributed {result.attributed}, gated {result.gated}, "
             f"without evidence {result.without_evidence})  aggregate rows checked: {result.aggregate_rows_checked}  "
+            f"signals surviving an erasure: {result.erased_remaining}  "
             f"counterexamples: {result.counterexamples}"
         )
         if not result.passed:

@@ -1,0 +1,183 @@
+"""Drill 7: users erased while their signals stream in and workers run; a Celery worker is
+killed with -9 in the middle of a bulk erasure job and started again.
+
+Afterwards: no signal of an erased user exists (none was stored after its erasure returned,
+none received before it survived), every aggregate equals what the remaining signals give
+when recomputed from what the drill sent (the trending lists are read off those rows), the
+bulk job finished every user, and ``verify_stop_forward`` exits 0.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from drills.checks import SignalLoad, actual_aggregates, expected_aggregates, setup_targets, wait_until_processed
+from drills.client import Client
+from drills.deployment import Deployment
+
+
+@dataclass
+class ErasureResult:
+    users: int
+    erased_one_by_one: int
+    erased_in_bulk: int
+    signals_accepted: int
+    signals_posted_after_erasure: int
+    signals_removed: int
+    worker_killed_mid_job: bool
+    job_state: str
+    job_failed: int
+    erasure_seconds_max: float
+    erasure_seconds_median: float
+    signals_per_second: float
+    drain_seconds: float
+    erased_signals_remaining: int
+    aggregates_match: bool
+    aggregate_rows: int
+    verify_exit_0: bool
+    http_errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
+        return bool(
+            self.worker_killed_mid_job
+            and self.job_state == "done"
+            and not self.job_failed
+            and not self.erased_signals_remaining
+            and self.aggregates_match
+            and self.verify_exit_0
+            and not server_errors
+        )
+
+
+def _job_worker(dep: Deployment) -> str | None:
+    """The worker that took the bulk erasure task and has not finished it (from its log)."""
+    for name in sorted(n for n in dep.procs if n.startswith("worker")):
+        lines = [line for line in dep.log_since_start(name).splitlines() if "run_erasure_job[" in line]
+        if sum("received" in line for line in lines) > sum("succeeded" in line for line in lines):
+            return name
+    return None
+
+
+def drill(dep: Deployment, *, full: bool) -> ErasureResult:
+    # A job whose worker died is restarted by the sweep after 5 s here (default 300 s): the
+    # workers read the setting, so they start again with it.
+    dep.env["ERASURE_JOB_RESTART_AFTER_SECONDS"] = "5"
+    for index in range(dep.celery_workers):
+        dep.stop_process(f"worker{index}")
+        dep.start_worker(index)
+    token = dep.manage(
+        "create_service_account",
+        "drill-eraser",
+        "--perm",
+        "community.erase_communityleave",
+        "--perm",
+        "community.view_communityleave",
+    )
+    eraser = Client(dep.url, token.strip().splitlines()[-1])
+    client = Client(dep.url, dep.token)
+    users = list(range(30_000, 30_400))
+    targets = setup_targets(dep, client, users)
+    rng = random.Random(11)
+    order = users[:]
+    rng.shuffle(order)
+    one_by_one, in_bulk = order[:30], order[30:130]
+    settle = 20.0 if full else 3.0  # seconds of load before the first erasure and after the last
+    erased_at: dict[int, float] = {}  # user -> monotonic time its erasure answered (or its job finished)
+    timings: list[float] = []
+    errors: dict[str, int] = {}
+    removed = 0
+    killed_mid_job = False
+    with SignalLoad(client, users, threads=2, batch=200) as load:
+        time.sleep(settle)
+        for user in one_by_one[:15]:
+            started = time.monotonic()
+            status, body = eraser.request("POST", f"/api/community-layer/{user}/erase/")
+            timings.append(time.monotonic() - started)
+            if status != 200:
+                errors[str(status)] = errors.get(str(status), 0) + 1
+                continue
+            erased_at[user] = time.monotonic()
+            removed += body["signals_removed"]
+            time.sleep(0.1)
+        status, job = eraser.request("POST", "/api/erasures/", {"user_ids": in_bulk})
+        assert status == 202, (status, job)
+        # Kill the worker running the job once some users are done and some are not.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            _, progress = eraser.request("GET", f"/api/erasures/{job['id']}/")
+            if progress and 0 < progress["done"] < progress["total"]:
+                name = _job_worker(dep)
+                if name is not None:
+                    dep.kill(name)
+                    killed_mid_job = progress["pending"] > 0
+                    time.sleep(0.5)
+                    dep.start_worker(int(name.removeprefix("worker")))
+                    break
+            if progress and progress["state"] == "done":
+                break
+            time.sleep(0.02)
+        for user in one_by_one[15:]:
+            started = time.monotonic()
+            status, body = eraser.request("POST", f"/api/community-layer/{user}/erase/")
+            timings.append(time.monotonic() - started)
+            if status == 200:
+                erased_at[user] = time.monotonic()
+                removed += body["signals_removed"]
+            else:
+                errors[str(status)] = errors.get(str(status), 0) + 1
+            time.sleep(0.1)
+        time.sleep(settle)  # erased users' signals keep coming: suppressed, never stored
+        load.stop()
+    deadline = time.monotonic() + 120
+    progress: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        _, progress = eraser.request("GET", f"/api/erasures/{job['id']}/")
+        if progress and progress["state"] == "done":
+            break
+        time.sleep(0.5)
+    job_done_at = time.monotonic()
+    for user in in_bulk:
+        erased_at.setdefault(user, job_done_at)
+    _, results = eraser.request("GET", f"/api/erasures/{job['id']}/results/?limit=500")
+    removed += sum(r["signals_removed"] or 0 for r in (results or {}).get("results", []))
+    drain = wait_until_processed(dep, timeout=300)
+
+    erased = set(erased_at)
+    remaining = dep.sql("SELECT count(*) FROM signals_app_signal WHERE user_id = ANY(%s)", [sorted(erased)])[0][0]
+    after = sum(1 for s in load.sent if s.user_id in erased and s.posted_at > erased_at[s.user_id])
+    kept = [s for s in load.sent if s.user_id not in erased]
+    expected = expected_aggregates(kept, targets)
+    actual = actual_aggregates(dep)
+    try:
+        dep.manage("verify_stop_forward", "--no-progress")
+        verified = True
+    except RuntimeError:
+        verified = False
+    timings.sort()
+    for status, count in load.errors.items():
+        errors[str(status)] = errors.get(str(status), 0) + count
+    return ErasureResult(
+        users=len(users),
+        erased_one_by_one=len(one_by_one),
+        erased_in_bulk=len(in_bulk),
+        signals_accepted=len(load.sent),
+        signals_posted_after_erasure=after,
+        signals_removed=removed,
+        worker_killed_mid_job=killed_mid_job,
+        job_state=(progress or {}).get("state", "?"),
+        job_failed=(progress or {}).get("failed", -1),
+        erasure_seconds_max=round(timings[-1], 3) if timings else 0.0,
+        erasure_seconds_median=round(timings[len(timings) // 2], 3) if timings else 0.0,
+        signals_per_second=round(len(load.sent) / load.seconds, 1),
+        drain_seconds=round(drain, 1),
+        erased_signals_remaining=remaining,
+        aggregates_match=actual == expected,
+        aggregate_rows=len(actual),
+        verify_exit_0=verified,
+        http_errors=errors,
+    )
