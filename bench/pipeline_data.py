@@ -162,6 +162,66 @@ def load_pending(conn: psycopg.Connection[Any], data: Dataset, *, fence: int | N
         cursor.execute("CHECKPOINT")
 
 
+BARE = "bare_"
+_BARE_KEYS = {
+    COMMUNITY_AGGREGATE_TABLE: "UNIQUE (community_id, hour, item_id, kind)",
+    COHORT_AGGREGATE_TABLE: "UNIQUE (cohort_id, hour, item_id, kind)",
+}
+
+
+def make_bare_copies(conn: psycopg.Connection[Any]) -> None:
+    """Copies of the pipeline's tables with the same rows and nothing but what the set-based
+    statement needs: primary keys, the upserts' unique keys, an index of members by user."""
+    with conn.cursor() as cursor:
+        drop_bare_copies(conn)
+        cursor.execute(f"CREATE TABLE {BARE}{SIGNAL_TABLE} AS SELECT * FROM {SIGNAL_TABLE}")
+        cursor.execute(f"ALTER TABLE {BARE}{SIGNAL_TABLE} ADD PRIMARY KEY (id)")
+        for table, key in _BARE_KEYS.items():
+            cursor.execute(f"CREATE TABLE {BARE}{table} (LIKE {table} INCLUDING DEFAULTS INCLUDING IDENTITY)")
+            cursor.execute(f"ALTER TABLE {BARE}{table} ADD {key}")
+        for table in (COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
+            cursor.execute(f"CREATE TABLE {BARE}{table} AS SELECT * FROM {table}")
+            cursor.execute(f"CREATE INDEX ON {BARE}{table} (user_id)")
+        for table in (SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
+            cursor.execute(f"VACUUM ANALYZE {BARE}{table}")
+        cursor.execute("CHECKPOINT")
+
+
+def product_extras(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    """The indexes and constraints the product's pipeline tables have beyond their bare
+    copies': (name, the statement that adds it to the bare copy)."""
+    tables = [SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE]
+    extras: list[tuple[str, str]] = []
+    for index, definition in conn.execute(
+        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = ANY(%s) AND NOT EXISTS ("
+        " SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)",
+        [tables],
+    ):
+        table = definition.split(" ON ", 1)[1].split(" ", 2)[1].removeprefix("public.")
+        extras.append(
+            (
+                f"index {index}",
+                definition.replace(f" ON public.{table} ", f" ON {BARE}{table} ", 1).replace(index, f"bare_{index}", 1),
+            )
+        )
+    for table, name, definition, kind in conn.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), contype FROM pg_constraint"
+        " WHERE conrelid = ANY(%s::regclass[]) AND contype IN ('f', 'u', 'c')",
+        [tables],
+    ):
+        if kind == "u" and table in _BARE_KEYS:
+            continue  # the upsert's key: the bare copy has it already
+        extras.append(
+            (f"{'foreign key' if kind == 'f' else 'constraint'} {name}", f"ALTER TABLE {BARE}{table} ADD {definition}")
+        )
+    return sorted(extras)
+
+
+def drop_bare_copies(conn: psycopg.Connection[Any]) -> None:
+    for table in (SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
+        conn.execute(f"DROP TABLE IF EXISTS {BARE}{table}")
+
+
 def _hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 

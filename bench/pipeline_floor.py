@@ -43,8 +43,8 @@ COHORT_MEMBER_TABLE = "community_cohortmember"
 LEAVE_TABLE = "community_communityleave"
 
 ATTRIBUTED, GATED, NO_TARGET = 1, 2, 3
+LEFT_AT_PROCESSING = 3  # GatedReason.LEFT_AT_PROCESSING
 
-PENDING_IDS_SQL = f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0 ORDER BY id"
 # The cache's rule: every record that is not a well-formed ACTIVE one gates its user.
 GATED_SQL = f"SELECT user_id FROM {LEAVE_TABLE} WHERE NOT (octet_length(value) = 9 AND get_byte(value, 0) = 0)"
 LOCK_SQL = (
@@ -157,17 +157,112 @@ class Floor:
             phases[name] += seconds
 
 
-def run(url: str, batch_size: int) -> dict[str, Any]:
+# --- the set-based floor ------------------------------------------------------------------------
+
+
+def set_credit_sql(prefix: str) -> str:
+    """Both aggregate upserts (GROUP BY joins of the batch with the memberships) and the
+    outcomes with their evidence, in one statement, as the product writes them. ``prefix``
+    names the tables: the product's, or their bare copies ("bare_")."""
+    signal, members = f"{prefix}{SIGNAL_TABLE}", (f"{prefix}{COMMUNITY_MEMBER_TABLE}", f"{prefix}{COHORT_MEMBER_TABLE}")
+    aggregates = (f"{prefix}{COMMUNITY_AGGREGATE_TABLE}", f"{prefix}{COHORT_AGGREGATE_TABLE}")
+    hour = "date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+    joined = [
+        f"{name} AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at FROM {signal} s"
+        f" JOIN {table} m ON m.user_id = s.user_id WHERE s.id = ANY(%(passed)b))"
+        for name, table, target in (("c", members[0], "community_id"), ("k", members[1], "cohort_id"))
+    ]
+    upserts = [
+        f"{name} AS (INSERT INTO {table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
+        f" SELECT target, {hour}, item_id, kind, count(*), sum(weight), max(occurred_at) FROM {source}"
+        f" WHERE {after} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 ON CONFLICT ({target}, hour, item_id, kind)"
+        " DO UPDATE SET count = a.count + excluded.count, weight_sum = a.weight_sum + excluded.weight_sum,"
+        " last_at = GREATEST(a.last_at, excluded.last_at) RETURNING 1)"
+        for name, table, target, source, after in (
+            ("ka", aggregates[1], "cohort_id", "k", "true"),
+            ("ca", aggregates[0], "community_id", "c", "(SELECT count(*) FROM ka) >= 0"),
+        )
+    ]
+    return (
+        "WITH "
+        + ", ".join(
+            [
+                *joined,
+                *upserts,
+                "t AS (SELECT u.id, u.reason, c.targets AS cs, k.targets AS ks"
+                " FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason)"
+                " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM c GROUP BY id) c USING (id)"
+                " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM k GROUP BY id) k USING (id))",
+                f"m AS (UPDATE {signal} s SET outcome = CASE WHEN t.reason IS NOT NULL THEN {GATED}"
+                f" WHEN t.cs IS NULL AND t.ks IS NULL THEN {NO_TARGET} ELSE {ATTRIBUTED} END, gated_reason = t.reason,"
+                " credited_communities = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL"
+                " THEN coalesce(t.cs, '[]'::jsonb) END,"
+                " credited_cohorts = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL"
+                " THEN coalesce(t.ks, '[]'::jsonb) END,"
+                " processed_at = %(now)b, fence_at_processing = %(fence)b"
+                " FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)",
+            ]
+        )
+        + " SELECT count(*) FROM m"
+    )
+
+
+class SetFloor:
+    """Per batch: lock it, gate its users in Python from a set, one statement for the rest."""
+
+    def __init__(self, conn: psycopg.Connection[Any], gated: set[int], prefix: str) -> None:
+        self.conn = conn
+        self.gated = gated
+        self.lock_sql = (
+            f"SELECT id, user_id FROM {prefix}{SIGNAL_TABLE} WHERE id = ANY(%b) AND outcome = 0"
+            " ORDER BY id FOR UPDATE SKIP LOCKED"
+        )
+        self.credit_sql = set_credit_sql(prefix)
+        self.phases = dict.fromkeys(("lock", "python", "writes", "commit"), 0.0)
+        self.processed = 0
+
+    def batch(self, ids: list[int]) -> None:
+        conn, phases, clock = self.conn, self.phases, time.perf_counter
+        started = clock()
+        with conn.cursor(binary=True) as cursor:
+            rows = cursor.execute(self.lock_sql, (ids,)).fetchall()
+            locked = clock()
+            gated = self.gated
+            passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
+            reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
+            computed = clock()
+            cursor.execute(
+                self.credit_sql,
+                {
+                    "passed": passed,
+                    "ids": [row[0] for row in rows],
+                    "reasons": reasons,
+                    "now": datetime.now(UTC),
+                    "fence": 0,
+                },
+            )
+            written = clock()
+        conn.commit()
+        done = clock()
+        self.processed += len(rows)
+        for name, seconds in zip(
+            phases, (locked - started, computed - locked, written - computed, done - written), strict=True
+        ):
+            phases[name] += seconds
+
+
+def run(url: str, batch_size: int, *, set_based: bool = False, prefix: str = "") -> dict[str, Any]:
     with psycopg.connect(url, options="-c TimeZone=UTC") as conn:
         conn.execute("SELECT 1")  # connected and warm before the clock starts
         conn.commit()
         started = time.perf_counter()
         with conn.cursor() as cursor:
             gated = {row[0] for row in cursor.execute(GATED_SQL)}
-            ids = [row[0] for row in cursor.execute(PENDING_IDS_SQL)]
+            pending = f"SELECT id FROM {prefix}{SIGNAL_TABLE} WHERE outcome = 0 ORDER BY id"
+            ids = [row[0] for row in cursor.execute(pending)]
         conn.commit()
         prepared = time.perf_counter()
-        floor = Floor(conn, gated)
+        floor: Floor | SetFloor = SetFloor(conn, gated, prefix) if set_based else Floor(conn, gated)
         for start in range(0, len(ids), batch_size):
             floor.batch(ids[start : start + batch_size])
         finished = time.perf_counter()
@@ -185,8 +280,10 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("database_url")
     parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--set-based", action="store_true", help="the set-based floor (one statement a batch)")
+    parser.add_argument("--prefix", default="", help="table name prefix: bare_ for the bare copies")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.database_url, args.batch_size)))
+    print(json.dumps(run(args.database_url, args.batch_size, set_based=args.set_based, prefix=args.prefix)))
 
 
 if __name__ == "__main__":

@@ -193,17 +193,8 @@ class _Counted:
         left: bool = self._gate.is_left(user_id, since=since)
         return left
 
-    def is_corrupt(self, user_id: int) -> bool:
-        corrupt: bool = self._gate.is_corrupt(user_id)
-        return corrupt
-
-    def preload(self, *args: Any, **kwargs: Any) -> None:
-        self._gate.preload(*args, **kwargs)
-
-    @property
-    def version(self) -> int:
-        version: int = self._gate.version
-        return version
+    def __getattr__(self, name: str) -> Any:  # everything else of the gate, as it is
+        return getattr(self._gate, name)
 
 
 assert services.CommunityLeave is CommunityLeave  # the wrappers above reach what services calls

@@ -6,9 +6,9 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
@@ -16,11 +16,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from community.cache import LeaveGate
-from community.models import CohortMember, CommunityLeave, CommunityMember
+from community.models import CommunityLeave
 from tidalproject import metrics
 
-from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
-from .sql import Increments, add_to_aggregates, insert_signals, lock_pending, mark_outcomes, select_by_user
+from .models import GatedReason, Outcome, Signal
+from .sql import credit_and_mark, insert_signals, lock_pending
 from .validation import SignalIn
 
 logger = logging.getLogger(__name__)
@@ -141,62 +141,25 @@ class BatchReport:
         return BatchReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
-def _credit(
-    increments: Increments, target_ids: Sequence[int], item_id: int, kind: str, weight: float, at: datetime
-) -> Outcome:
-    """Add the signal to each target's (hour, item, kind) increment."""
-    if not target_ids:
-        return Outcome.NO_TARGET
-    hour = hour_bucket(at)
-    for target_id in target_ids:
-        key = (target_id, hour, item_id, kind)
-        current = increments.get(key)
-        if current is None:
-            increments[key] = [1, weight, at]
-        else:
-            current[0] += 1
-            current[1] += weight
-            if at > current[2]:
-                current[2] = at
-    return Outcome.ATTRIBUTED
+class Queued(NamedTuple):
+    """A locked pending signal, as the gate sees it."""
+
+    id: int
+    user_id: int
+    since: int  # its receipt fence (the processing fence for signals stored before fences)
 
 
-def try_cohort_attribution(
-    gate: LeaveGate,
-    user_id: int,
-    item_id: int,
-    kind: str,
-    weight: float,
-    occurred_at: datetime,
-    cohort_ids: Sequence[int],
-    increments: Increments,
-    *,
-    since: int | None = None,
-) -> Outcome:
-    """Credit the signal to every cohort of its user, unless the user has left (now, or at
-    any fence version after ``since``, the one the signal was received at)."""
-    if gate.is_left(user_id, since=since):
-        return Outcome.GATED
-    return _credit(increments, cohort_ids, item_id, kind, weight, occurred_at)
+def try_cohort_attribution(gate: LeaveGate, batch: Sequence[Queued]) -> list[int]:
+    """The seed's step, for a whole batch: the gate at its top, then the signals whose users
+    were active all along (at every fence version from receipt to now), to be credited to
+    every cohort of their user by ``credit_and_mark`` in one set-based statement."""
+    return [signal.id for signal in batch if not gate.is_left(signal.user_id, since=signal.since)]
 
 
-def try_community_forwarding(
-    gate: LeaveGate,
-    user_id: int,
-    item_id: int,
-    kind: str,
-    weight: float,
-    occurred_at: datetime,
-    community_ids: Sequence[int],
-    increments: Increments,
-    *,
-    since: int | None = None,
-) -> Outcome:
-    """Forward the signal to every community of its user, unless the user has left (now,
-    or at any fence version after ``since``, the one the signal was received at)."""
-    if gate.is_left(user_id, since=since):
-        return Outcome.GATED
-    return _credit(increments, community_ids, item_id, kind, weight, occurred_at)
+def try_community_forwarding(gate: LeaveGate, batch: Sequence[Queued]) -> list[int]:
+    """The seed's step, for a whole batch: the gate at its top, then the signals to forward
+    to every community of their user (``credit_and_mark``)."""
+    return [signal.id for signal in batch if not gate.is_left(signal.user_id, since=signal.since)]
 
 
 def _gated_reason(gate: LeaveGate, user_id: int) -> GatedReason:
@@ -205,24 +168,16 @@ def _gated_reason(gate: LeaveGate, user_id: int) -> GatedReason:
     return GatedReason.LEFT_AT_PROCESSING if gate.is_left(user_id) else GatedReason.LEFT_WHILE_QUEUED
 
 
-def _memberships(model: type[CommunityMember] | type[CohortMember], user_ids: set[int]) -> dict[int, list[int]]:
-    target = "community_id" if model is CommunityMember else "cohort_id"
-    by_user: dict[int, list[int]] = {}
-    for user_id, target_id in select_by_user(model, target, user_ids):
-        by_user.setdefault(user_id, []).append(target_id)
-    return by_user
-
-
 def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
     """Process the pending signals among ``signal_ids``, in one transaction.
 
-    Locks them (skipping any another worker holds), syncs the leave fence once, loads the
-    batch's memberships, runs the two gated steps for each signal, adds the increments to
-    the aggregates and marks each signal with its outcome and evidence (the fence version of
-    this check, why it was gated, where it was credited). A signal is gated when its user
-    was left at any fence version from its receipt check to this one, so the outcome does not
-    depend on when a worker got to it. Signals already processed are not touched, so running
-    it again on the same ids changes nothing.
+    Locks them (skipping any another worker holds), syncs the leave fence once, gates the
+    batch in memory (a signal is gated when its user was left at any fence version from its
+    receipt check to this one, so the outcome does not depend on when a worker got to it),
+    then credits the aggregates, writes each signal's outcome and evidence (this fence
+    version, why it was gated, where it was credited) in as few statements as the database
+    allows (``credit_and_mark``). Signals already processed are not touched, so running it
+    again on the same ids changes nothing.
     """
     started = time.perf_counter()
     with transaction.atomic():
@@ -231,58 +186,36 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
             return BatchReport()
         gate = CommunityLeave.objects.gate()
         fence = gate.version
-        # Signals stored before receipt fences were recorded are checked at processing only.
-        since_by_row = [fence if row[7] is None else row[7] for row in rows]
+        batch = [Queued(signal_id, user_id, fence if since is None else since) for signal_id, user_id, _, since in rows]
         earliest: dict[int, int] = {}
-        for row, since in zip(rows, since_by_row, strict=True):
-            earliest[row[1]] = min(since, earliest.get(row[1], since))
+        for signal in batch:
+            earliest[signal.user_id] = min(signal.since, earliest.get(signal.user_id, signal.since))
         gate.preload(earliest)
-        user_ids = set(earliest)
-        cohorts = _memberships(CohortMember, user_ids)
-        communities = _memberships(CommunityMember, user_ids)
-        cohort_increments: Increments = {}
-        community_increments: Increments = {}
-        marks: list[tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]] = []
-        counts = dict.fromkeys(Outcome, 0)
-        erased: list[int] = []
-        no_targets: Sequence[int] = ()
-        for (signal_id, user_id, item_id, kind, weight, occurred_at, *_), since in zip(rows, since_by_row, strict=True):
-            cohort_ids = cohorts.get(user_id, no_targets)
-            community_ids = communities.get(user_id, no_targets)
-            attributed = try_cohort_attribution(
-                gate, user_id, item_id, kind, weight, occurred_at, cohort_ids, cohort_increments, since=since
-            )
-            forwarded = try_community_forwarding(
-                gate, user_id, item_id, kind, weight, occurred_at, community_ids, community_increments, since=since
-            )
-            outcome = min(attributed, forwarded, key=_OUTCOME_RANK.__getitem__)
-            if outcome == Outcome.GATED and gate.is_erased(user_id):
-                # Received before an erasure of its user (afterwards they are suppressed at
-                # ingest), never credited: deleted, nothing to subtract.
-                erased.append(signal_id)
-                continue
-            counts[outcome] += 1
-            if outcome == Outcome.GATED:
-                marks.append((signal_id, outcome, _gated_reason(gate, user_id), None, None))
-            elif outcome == Outcome.ATTRIBUTED:
-                marks.append((signal_id, outcome, None, community_ids, cohort_ids))
-            else:
-                marks.append((signal_id, outcome, None, None, None))
-        add_to_aggregates(CohortAggregate, cohort_increments)
-        add_to_aggregates(CommunityAggregate, community_increments)
+        to_cohorts = try_cohort_attribution(gate, batch)
+        to_communities = try_community_forwarding(gate, batch)
+        passed = set(to_cohorts) | set(to_communities)
+        # Received before an erasure of its user (afterwards they are suppressed at ingest),
+        # never credited: deleted, nothing to subtract.
+        erased = [s.id for s in batch if s.id not in passed and gate.is_erased(s.user_id)]
+        dropped = set(erased)
+        reasons = {
+            s.id: None if s.id in passed else _gated_reason(gate, s.user_id) for s in batch if s.id not in dropped
+        }
         now = timezone.now()
-        mark_outcomes(marks, now, fence)
+        counts = credit_and_mark(
+            cohorts=to_cohorts, communities=to_communities, reasons=reasons, processed_at=now, fence=fence
+        )
         if erased:
             Signal.objects.filter(id__in=erased).delete()
         report = BatchReport(
-            attributed=counts[Outcome.ATTRIBUTED],
-            gated=counts[Outcome.GATED],
-            no_target=counts[Outcome.NO_TARGET],
+            attributed=counts.get(Outcome.ATTRIBUTED, 0),
+            gated=counts.get(Outcome.GATED, 0),
+            no_target=counts.get(Outcome.NO_TARGET, 0),
             erased=len(erased),
         )
-        reasons = [GatedReason(mark[2]).label for mark in marks if mark[2] is not None]
-        age = (now - min(row[6] for row in rows)).total_seconds()
-        transaction.on_commit(partial(_processed, report, reasons, time.perf_counter() - started, age))
+        gated_labels = [reason.label for reason in reasons.values() if reason is not None]
+        age = (now - min(row[2] for row in rows)).total_seconds()
+        transaction.on_commit(partial(_processed, report, gated_labels, time.perf_counter() - started, age))
     return report
 
 
@@ -355,10 +288,6 @@ def _processed(report: BatchReport, reasons: list[str], seconds: float, age: flo
             "seconds": seconds,
         },
     )
-
-
-# A signal's outcome is the strongest of its two steps': gated, then attributed, then none.
-_OUTCOME_RANK = {Outcome.GATED: 0, Outcome.ATTRIBUTED: 1, Outcome.NO_TARGET: 2}
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,17 @@ literal as NULL, which once stalled every batch holding a signal of kind ``null`
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 
-from .models import CohortAggregate, CommunityAggregate, Signal
+from community.models import CohortMember, CommunityMember
+
+from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
 
 # SQLite allows 32,766 parameters a statement; stay well under it.
 _SQLITE_ROWS_PER_STATEMENT = 2000
@@ -119,41 +122,182 @@ def insert_signals(
         return inserted
 
 
+_HOUR_SQL = "date_trunc('hour', {} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"  # hour_bucket, in SQL
+
+
+@functools.cache  # built once, on first use (the models' table names)
+def _credit_sql() -> str:
+    """One statement: the membership joins, both aggregate upserts, the outcomes.
+
+    Data-modifying CTEs run in an order of the database's choosing unless one waits for
+    another; here each waits for the one before (an uncorrelated scalar subquery over it runs
+    first), so rows are locked table by table in a fixed order: cohorts, communities, then
+    the signals (as an erasure does, signals_app.erasure), and, within a table, in key order.
+    Two workers, or a worker and an erasure, cannot deadlock each other.
+    """
+    signal, community, cohort = Signal._meta.db_table, CommunityAggregate._meta.db_table, CohortAggregate._meta.db_table
+    community_member, cohort_member = CommunityMember._meta.db_table, CohortMember._meta.db_table
+
+    def credited(name: str, members: str, target: str, ids: str) -> str:
+        return (
+            f"{name} AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at"  # noqa: S608
+            f" FROM {signal} s JOIN {members} m ON m.user_id = s.user_id WHERE s.id = ANY(%({ids})s::bigint[]))"
+        )
+
+    def upsert(name: str, table: str, target: str, source: str, after: str) -> str:
+        return (
+            f"{name} AS (INSERT INTO {table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"  # noqa: S608
+            f" SELECT target, {_HOUR_SQL.format('occurred_at')}, item_id, kind, count(*), sum(weight),"
+            f" max(occurred_at) FROM {source} WHERE {after} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
+            f" ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,"
+            " weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)"
+            " RETURNING 1)"
+        )
+
+    return (
+        "WITH "  # noqa: S608 - tables are ours, values are parameters
+        + ", ".join(
+            [
+                credited("to_communities", community_member, "community_id", "communities"),
+                credited("to_cohorts", cohort_member, "cohort_id", "cohorts"),
+                upsert("attributed", cohort, "cohort_id", "to_cohorts", "true"),
+                upsert(
+                    "forwarded", community, "community_id", "to_communities", "(SELECT count(*) FROM attributed) >= 0"
+                ),
+                "credits AS (SELECT u.id, u.reason, c.targets AS communities, k.targets AS cohorts"
+                " FROM unnest(%(ids)s::bigint[], %(reasons)s::smallint[]) AS u(id, reason)"
+                " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_communities GROUP BY id)"
+                " c USING (id)"
+                " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_cohorts GROUP BY id)"
+                " k USING (id))",
+                f"marked AS (UPDATE {signal} s SET"  # noqa: S608 - tables are ours, values are parameters
+                f" outcome = CASE WHEN c.reason IS NOT NULL THEN {int(Outcome.GATED)}"
+                f" WHEN c.communities IS NULL AND c.cohorts IS NULL THEN {int(Outcome.NO_TARGET)}"
+                f" ELSE {int(Outcome.ATTRIBUTED)} END,"
+                " gated_reason = c.reason,"
+                " credited_communities = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
+                " THEN coalesce(c.communities, '[]'::jsonb) END,"
+                " credited_cohorts = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
+                " THEN coalesce(c.cohorts, '[]'::jsonb) END,"
+                " processed_at = %(processed_at)s, fence_at_processing = %(fence)s"
+                " FROM credits c WHERE s.id = c.id AND (SELECT count(*) FROM forwarded) >= 0 RETURNING s.outcome)",
+            ]
+        )
+        + " SELECT outcome, count(*) FROM marked GROUP BY outcome"
+    )
+
+
+def credit_and_mark(
+    *,
+    cohorts: Sequence[int],
+    communities: Sequence[int],
+    reasons: Mapping[int, int | None],
+    processed_at: datetime,
+    fence: int,
+) -> dict[int, int]:
+    """Credit ``cohorts`` (signal ids) to every cohort of their user and ``communities`` to
+    every community, and mark every signal of ``reasons`` (id -> gated reason, None where it
+    passed the gate) with its outcome and evidence: gated, attributed where it was credited
+    anywhere (with the targets), no target otherwise; all processed at ``processed_at``
+    behind fence version ``fence``. Returns how many signals got each outcome.
+
+    On PostgreSQL, one statement: the membership joins, both aggregate upserts and the
+    outcomes (data-modifying CTEs, one snapshot). Elsewhere, the same in Python.
+    """
+    if not reasons:
+        return {}
+    if not _postgresql():
+        return _credit_and_mark_in_python(cohorts, communities, reasons, processed_at, fence)
+    with _cursor() as cursor:
+        cursor.execute(
+            _credit_sql(),
+            {
+                "communities": list(communities),
+                "cohorts": list(cohorts),
+                "ids": list(reasons),
+                "reasons": [None if r is None else int(r) for r in reasons.values()],
+                "processed_at": processed_at,
+                "fence": fence,
+            },
+        )
+        return dict(cursor.fetchall())
+
+
+# (signal id, outcome, gated reason, communities credited, cohorts credited)
+Mark = tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]
+
+
+def _credit_and_mark_in_python(
+    cohorts: Sequence[int],
+    communities: Sequence[int],
+    reasons: Mapping[int, int | None],
+    processed_at: datetime,
+    fence: int,
+) -> dict[int, int]:
+    rows = Signal.objects.filter(id__in=set(cohorts) | set(communities)).values_list(
+        "id", "user_id", "item_id", "kind", "weight", "occurred_at"
+    )
+    signals = {row[0]: row[1:] for row in rows}
+    users = {user_id for user_id, *_ in signals.values()}
+    credits: dict[int, tuple[list[int], list[int]]] = {signal_id: ([], []) for signal_id in signals}
+    for model, member, ids, slot in (
+        (CommunityAggregate, CommunityMember, communities, 0),
+        (CohortAggregate, CohortMember, cohorts, 1),
+    ):
+        target = _target_column(model)
+        by_user: dict[int, list[int]] = {}
+        for user_id, target_id in member.objects.filter(user_id__in=users).values_list("user_id", target):
+            by_user.setdefault(user_id, []).append(target_id)
+        increments: Increments = {}
+        for signal_id in ids:
+            user_id, item_id, kind, weight, at = signals[signal_id]
+            targets = sorted(by_user.get(user_id, ()))
+            credits[signal_id][slot].extend(targets)
+            for target_id in targets:
+                key = (target_id, hour_bucket(at), item_id, kind)
+                current = increments.setdefault(key, [0, 0.0, at])
+                current[0] += 1
+                current[1] += weight
+                current[2] = max(current[2], at)
+        _add_to_aggregates(model, increments)
+    marks: list[Mark] = []
+    counts: dict[int, int] = {}
+    for signal_id, reason in reasons.items():
+        forwarded, attributed = credits.get(signal_id, ([], []))
+        mark: Mark
+        if reason is not None:
+            mark = (signal_id, Outcome.GATED, reason, None, None)
+        elif forwarded or attributed:
+            mark = (signal_id, Outcome.ATTRIBUTED, None, forwarded, attributed)
+        else:
+            mark = (signal_id, Outcome.NO_TARGET, None, None, None)
+        counts[mark[1]] = counts.get(mark[1], 0) + 1
+        marks.append(mark)
+    _mark_outcomes(marks, processed_at, fence)
+    return counts
+
+
 def _target_column(model: type[CommunityAggregate] | type[CohortAggregate]) -> str:
     return "community_id" if model is CommunityAggregate else "cohort_id"
 
 
-def add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], increments: Increments) -> None:
-    """Add each increment to its (target, hour, item, kind) row, creating missing rows.
-
-    Rows are written in key order, so two workers adding to the same rows lock them in the
-    same order and cannot deadlock each other.
-    """
+def _add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], increments: Increments) -> None:
+    """SQLite: add each increment to its (target, hour, item, kind) row, creating missing
+    rows, in key order."""
     if not increments:
         return
     table = model._meta.db_table
     target = _target_column(model)
     columns = f"{target}, hour, item_id, kind, count, weight_sum, last_at"
     rows = [(*key, *value) for key, value in sorted(increments.items())]
-    conflict = f"ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = {table}.count + excluded.count, "
-    conflict += f"weight_sum = {table}.weight_sum + excluded.weight_sum, "
-    with _cursor() as cursor:
-        if _postgresql():
-            cursor.execute(
-                f"INSERT INTO {table} ({columns}) "  # noqa: S608
-                "SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::bigint[], %s::varchar[], %s::bigint[],"
-                " %s::float8[], %s::timestamptz[]) "
-                + conflict
-                + f"last_at = GREATEST({table}.last_at, excluded.last_at)",
-                _columns(rows, 7),
-            )
-            return
+    with connection.cursor() as cursor:
         for chunk in _chunks(rows, _SQLITE_ROWS_PER_STATEMENT // 7):
             values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
             cursor.execute(
                 f"INSERT INTO {table} ({columns}) VALUES {values} "  # noqa: S608
-                + conflict
-                + f"last_at = MAX({table}.last_at, excluded.last_at)",
+                f"ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = {table}.count + excluded.count, "
+                f"weight_sum = {table}.weight_sum + excluded.weight_sum, "
+                f"last_at = MAX({table}.last_at, excluded.last_at)",
                 _sqlite_params(chunk),
             )
 
@@ -162,47 +306,31 @@ def _json(ids: Sequence[int] | None) -> str | None:
     return None if ids is None else json.dumps(list(ids), separators=(",", ":"))
 
 
-def mark_outcomes(
-    outcomes: Sequence[tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]],
+def _mark_outcomes(
+    outcomes: Sequence[Mark],
     processed_at: datetime,
     fence: int,
 ) -> None:
-    """Write each signal's outcome and evidence: rows of (id, outcome, gated reason,
-    communities credited, cohorts credited), all processed at ``processed_at`` and checked
-    at fence version ``fence``."""
-    if not outcomes:
-        return
+    """SQLite: each signal's (id, outcome, gated reason, communities, cohorts)."""
     table = Signal._meta.db_table
-    rows = [(i, o, r, _json(communities), _json(cohorts)) for i, o, r, communities, cohorts in outcomes]
-    with _cursor() as cursor:
-        if _postgresql():
-            cursor.execute(
-                f"UPDATE {table} AS s SET outcome = u.outcome, gated_reason = u.reason, "  # noqa: S608
-                "credited_communities = u.communities::jsonb, credited_cohorts = u.cohorts::jsonb, "
-                "processed_at = %s, fence_at_processing = %s "
-                "FROM unnest(%s::bigint[], %s::smallint[], %s::smallint[], %s::text[], %s::text[])"
-                " AS u(id, outcome, reason, communities, cohorts) WHERE s.id = u.id",
-                [processed_at, fence, *_columns(rows, 5)],
-            )
-            return
+    with connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {table} SET outcome = %s, gated_reason = %s, credited_communities = %s, "  # noqa: S608
             "credited_cohorts = %s, processed_at = %s, fence_at_processing = %s WHERE id = %s",
             [
-                (o, r, c1, c2, connection.ops.adapt_datetimefield_value(processed_at), fence, i)
-                for i, o, r, c1, c2 in rows
+                (o, r, _json(c1), _json(c2), connection.ops.adapt_datetimefield_value(processed_at), fence, i)
+                for i, o, r, c1, c2 in outcomes
             ],
         )
 
 
-_PENDING_COLUMNS = ("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "fence_at_receipt")
+_PENDING_COLUMNS = ("id", "user_id", "received_at", "fence_at_receipt")
 
 
 def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """Lock the still-pending signals among ``signal_ids``, skipping rows another worker holds.
 
-    Rows are (id, user_id, item_id, kind, weight, occurred_at, received_at, fence_at_receipt),
-    by id.
+    Rows are (id, user_id, received_at, fence_at_receipt), by id: what the gate needs.
     """
     if _postgresql():
         with _cursor() as cursor:
@@ -219,19 +347,6 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
         .order_by("id")
         .values_list(*_PENDING_COLUMNS)
     )
-
-
-def select_by_user(model: Any, target: str, user_ids: Iterable[int]) -> list[tuple[int, int]]:
-    """(user_id, target id) of the membership ``model`` for ``user_ids``."""
-    if _postgresql():
-        with _cursor() as cursor:
-            cursor.execute(
-                f"SELECT user_id, {target} FROM {model._meta.db_table} WHERE user_id = ANY(%s::bigint[])",  # noqa: S608
-                [list(user_ids)],
-            )
-            pairs: list[tuple[int, int]] = cursor.fetchall()
-            return pairs
-    return list(model.objects.filter(user_id__in=list(user_ids)).values_list("user_id", target))
 
 
 # --- erasure ------------------------------------------------------------------------------------

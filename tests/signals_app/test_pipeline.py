@@ -22,6 +22,7 @@ from signals_app import sql
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.selectors import outcome_summary
 from signals_app.services import (
+    Queued,
     ingest_signals,
     process_signals,
     requeue_pending_signals,
@@ -157,23 +158,14 @@ def test_a_corrupt_leave_record_gates_its_user(sender, community) -> None:
 
 @pytest.mark.parametrize("step", [try_cohort_attribution, try_community_forwarding])
 def test_each_step_is_gated_at_its_top(step) -> None:
-    leave_community_layer(user_id=USER)
+    leave_community_layer(user_id=USER)  # version 1
+    leave_community_layer(user_id=USER + 2)  # version 2
+    rejoin_community_layer(user_id=USER + 2)  # version 3
     gate = CommunityLeave.objects.gate()
-    increments: dict[Any, Any] = {}
-    outcome = step(gate, USER, 1, "view", 1.0, HOUR, [5, 6], increments)
-    assert outcome == Outcome.GATED
-    assert increments == {}
-
-
-@pytest.mark.parametrize("step", [try_cohort_attribution, try_community_forwarding])
-def test_each_step_adds_to_every_target_of_an_active_user(step) -> None:
-    leave_community_layer(user_id=USER + 1)
-    gate = CommunityLeave.objects.gate()
-    increments: dict[Any, Any] = {}
-    at = HOUR + timedelta(minutes=5)
-    assert step(gate, USER, 1, "view", 2.0, at, [5, 6], increments) == Outcome.ATTRIBUTED
-    assert increments == {(5, HOUR, 1, "view"): [1, 2.0, at], (6, HOUR, 1, "view"): [1, 2.0, at]}
-    assert step(gate, USER, 1, "view", 2.0, at, [], {}) == Outcome.NO_TARGET
+    batch = [Queued(1, USER, 3), Queued(2, USER + 1, 3), Queued(3, USER + 2, 1), Queued(4, USER + 2, 3)]
+    gate.preload({USER + 2: 1})  # as process_signals does: the history the warm did not see
+    # left now; active all along; left and back while queued; active since its receipt
+    assert step(gate, batch) == [2, 4]
 
 
 # --- idempotency -----------------------------------------------------------------------------
