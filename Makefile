@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install chromium run test lint bench bench-downstream drills drills-full clean
+.PHONY: install chromium pgbouncer run test lint bench bench-downstream drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -57,10 +57,21 @@ bench-downstream: install
 
 # Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
 # that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.
-drills: install
+# The pooled stop-forward drill runs Debian's PgBouncer: installed when missing (as root).
+pgbouncer:
+	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's pgbouncer for the pooled drill"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; \
+	  else \
+	    echo "note: the pooled drill needs Debian's pgbouncer: sudo apt-get install pgbouncer"; \
+	  fi; \
+	fi
+
+drills: install pgbouncer
 	$(PY) -m drills.run
 
-drills-full: install
+drills-full: install pgbouncer
 	$(PY) -m drills.run --full
 
 clean:

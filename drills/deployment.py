@@ -25,6 +25,8 @@ from typing import Any
 import psycopg
 import redis
 
+from drills.pooler import PgBouncer
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 PG_SERVER = os.environ.get("DRILL_PG_SERVER", "postgres://127.0.0.1:5432")
@@ -61,6 +63,7 @@ class Deployment:
         broker_db: int = 8,
         sweep_after: int = 5,
         sweep_every: float = 2.0,
+        pooled: bool = False,
     ) -> None:
         self.name = name
         self.web_workers = web_workers
@@ -96,6 +99,12 @@ class Deployment:
             "WEBHOOK_SWEEP_EVERY_SECONDS": "2",
             "PYTHONPATH": str(PROJECT_DIR),
         }
+        # With ``pooled``, web and workers reach PostgreSQL through a PgBouncer in transaction
+        # mode (drills.pooler); the drills' own checks still read the database directly.
+        self.pooler: PgBouncer | None = PgBouncer() if pooled else None
+        if self.pooler is not None:
+            self.env["DATABASE_URL"] = self.pooler.url(name)
+            self.env["DATABASE_DISABLE_SERVER_SIDE_CURSORS"] = "true"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.argv: dict[str, list[str]] = {}
         self.log_offsets: dict[str, int] = {}
@@ -119,6 +128,8 @@ class Deployment:
 
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
+        if self.pooler is not None:
+            self.pooler.__enter__()
         self._drop_database()
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
@@ -148,6 +159,8 @@ class Deployment:
             self._supervisor.join(5)
         for name in list(self.procs):
             self.stop_process(name)
+        if self.pooler is not None:
+            self.pooler.__exit__(None, None, None)
         with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
             self._drop_database()
 

@@ -35,6 +35,7 @@ DRILLS = [
     "auth_attacks",
     "webhooks",
     "erasure",
+    "stop_forward_pooled",
 ]
 
 
@@ -51,7 +52,9 @@ def run_one(name: str, *, full: bool) -> dict[str, Any]:
     try:
         # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ... 12-13, then
         # again from 2 (drills run one after another, and each flushes its databases first).
-        with Deployment(name=f"tidal_drill_{name}", broker_db=2 + 2 * (DRILLS.index(name) % 6)) as dep:
+        options = getattr(module, "DEPLOYMENT", {})  # e.g. {"pooled": True}
+        broker_db = 2 + 2 * (DRILLS.index(name) % 6)
+        with Deployment(name=f"tidal_drill_{name}", broker_db=broker_db, **options) as dep:
             result = as_dict(module.drill(dep, full=full))
             restarts = dep.restarts
             # Whatever the drill did, the stored data must prove the promise.
@@ -116,6 +119,9 @@ def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
             f"{n}: up to v{s['applied_up_to']:,}, {s['out_of_order']} out of order, {s['duplicates']:,} duplicates"
             for n, s in subs.items()
         )
+    if name == "stop_forward_pooled":
+        _, faults, lost = _summary("stop_forward", result)
+        faults = f"through PgBouncer in transaction mode; {faults}"
     if name == "stop_forward":
         lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
     if name == "erasure":

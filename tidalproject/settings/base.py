@@ -98,6 +98,12 @@ else:
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
         "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
     )
+    # Behind PgBouncer in transaction mode: no server-side cursors (they need the session).
+    # No statement is ever prepared (Django's default prepare_threshold of None), which such a
+    # pooler also needs.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = env.bool(
+        "DATABASE_DISABLE_SERVER_SIDE_CURSORS", default=False
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

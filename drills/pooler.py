@@ -1,0 +1,94 @@
+"""A real PgBouncer in transaction mode on loopback, for the drills (Debian's package).
+
+Started with a configuration of its own in a temporary folder, on a free port, in front of
+the machine's PostgreSQL; stopped and removed with it. PgBouncer refuses to run as root, so
+as root it runs as the postgres user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PgBouncer:
+    """``with PgBouncer(server_port=5432) as pool: pool.url(database)``."""
+
+    def __init__(self, *, server_host: str = "127.0.0.1", server_port: int = 5432, pool_size: int = 20) -> None:
+        self.server_host, self.server_port, self.pool_size = server_host, server_port, pool_size
+        self.port = _free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, database: str) -> str:
+        return f"postgres://127.0.0.1:{self.port}/{database}"
+
+    def __enter__(self) -> PgBouncer:
+        user = os.environ.get("USER") or "root"
+        (self.folder / "users.txt").write_text(f'"{user}" ""\n')
+        (self.folder / "pgbouncer.ini").write_text(
+            "\n".join(
+                [
+                    "[databases]",
+                    f"* = host={self.server_host} port={self.server_port}",
+                    "[pgbouncer]",
+                    "listen_addr = 127.0.0.1",
+                    f"listen_port = {self.port}",
+                    "unix_socket_dir =",
+                    "auth_type = trust",
+                    f"auth_file = {self.folder / 'users.txt'}",
+                    "pool_mode = transaction",
+                    f"default_pool_size = {self.pool_size}",
+                    "max_client_conn = 1000",
+                    # psycopg and Django send these; PgBouncer must not refuse the connection.
+                    "ignore_startup_parameters = extra_float_digits,options",
+                    f"logfile = {self.folder / 'pgbouncer.log'}",
+                    f"pidfile = {self.folder / 'pgbouncer.pid'}",
+                ]
+            )
+            + "\n"
+        )
+        self.folder.chmod(0o777)
+        for path in self.folder.iterdir():
+            path.chmod(0o666)
+        argv = [PGBOUNCER, str(self.folder / "pgbouncer.ini")]
+        if os.geteuid() == 0:
+            argv[1:1] = ["-u", "postgres"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        log = (self.folder / "pgbouncer.log").read_text() if (self.folder / "pgbouncer.log").exists() else ""
+        self.__exit__(None, None, None)
+        raise RuntimeError(f"pgbouncer did not start on port {self.port}:\n{log[-2000:]}")
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            if self.proc.poll() is None:
+                self.proc.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
