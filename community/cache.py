@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import array
 import logging
+import math
 import os
 import sys
 import threading
@@ -397,25 +398,38 @@ def _read_gated(using: str) -> tuple[BitMap64, set[int]]:
             if status == CORRUPT:
                 corrupt.add(user_id)
         return gated, corrupt
-    after = -1
     with connection.cursor() as cursor:
-        while True:
-            sql, params = query.filter(user_id__gt=after)[:_WARM_CHUNK].query.sql_with_params()
+        # Chunks by ranges of ids of about _WARM_CHUNK records each (the planner's row
+        # estimate), read in whatever order the database finds cheapest: no ORDER BY, no
+        # LIMIT, so the scan costs what the floor's does and memory stays bounded.
+        table = query.model._meta.db_table
+        cursor.execute(
+            f"SELECT min(user_id), max(user_id), (SELECT reltuples FROM pg_class WHERE oid = %s::regclass)"  # noqa: S608
+            f" FROM {table}",
+            [table],
+        )
+        low, high, estimate = cursor.fetchone()
+        if low is None:
+            return gated, corrupt
+        chunks = max(1, math.ceil(max(estimate or 0, 1) / _WARM_CHUNK))
+        width = (high - low) // chunks + 1
+        for start in range(low, high + 1, width):
+            sql, params = query.filter(user_id__gte=start, user_id__lt=start + width).order_by().query.sql_with_params()
             cursor.execute(
-                f"SELECT string_agg(int8send(s.user_id), ''), max(s.user_id),"  # noqa: S608 - our own query's SQL
+                f"SELECT string_agg(int8send(s.user_id), ''),"  # noqa: S608 - our own query's SQL
                 f" array_agg(s.user_id) FILTER (WHERE s.record_status = %s) FROM ({sql}) s",
                 [CORRUPT, *params],
             )
-            packed, last, unreadable = cursor.fetchone()
+            packed, unreadable = cursor.fetchone()
             if packed is None:
-                return gated, corrupt
+                continue
             ids = array.array("Q")
             ids.frombytes(bytes(packed))
             if sys.byteorder == "little":
                 ids.byteswap()  # int8send is big-endian
             gated.update(ids)
             corrupt.update(unreadable or ())
-            after = last
+    return gated, corrupt
 
 
 _ERASE = "erase"  # ChangeAction.ERASE (the models import this module)
