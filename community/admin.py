@@ -11,10 +11,9 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
-from tidalproject.api import parse_user_id
-
 from . import admin_views
 from .cache import CORRUPT
+from .ids import parse_user_id
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import (
     ChangeAction,

@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
-from tidalproject.api import parse_user_id
 
 from .exports import csv_export_response
+from .ids import parse_user_id
 from .membership import CommunityMembership, MembershipStatus
 from .models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
 from .permissions import ERASE_ANY

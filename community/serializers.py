@@ -13,8 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from tidalproject.api import UserIdField
-
+from .fields import UserIdField
 from .membership import MAX_USER_ID, CommunityMembership, MembershipStatus, deserialize_membership
 from .models import (
     MAX_REASON_LENGTH,

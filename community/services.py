@@ -22,8 +22,8 @@ from django.db.models import Max
 from tqdm import tqdm
 
 from tidalproject import metrics
-from tidalproject.api import parse_user_id
 
+from .ids import parse_user_id
 from .membership import (
     CommunityMembership,
     MembershipStatus,

@@ -17,9 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from signals_app.selectors import cohort_attribution, community_trending
-from tidalproject.api import UserIdField, WriteRateThrottle
+from tidalproject.api import WriteRateThrottle
 
 from .exports import csv_export_response
+from .fields import UserIdField
 from .models import ChangeSource, Cohort, Community, CommunityLeave, WebhookDelivery, WebhookSubscription
 from .permissions import CHANGE_ANY, READ_ANY, ensure_may_act_on
 from .selectors import (

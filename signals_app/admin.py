@@ -14,9 +14,9 @@ from django.urls import URLPattern, path, reverse
 
 from community.admin import UserIdSearchMixin
 from community.admin_views import BulkLeaveForm, user_page_url
+from community.ids import parse_user_id
 from community.models import ChangeSource, CommunityLeave
 from community.permissions import ERASE_ANY
-from tidalproject.api import parse_user_id
 
 from .erasure import erase_user, erasure_job_create
 from .models import CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal

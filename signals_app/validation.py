@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from rest_framework.exceptions import ValidationError
 
-from tidalproject.api import parse_user_id
+from community.ids import parse_user_id
 
 MAX_BATCH = 1000
 MAX_ABS_WEIGHT = 1e9

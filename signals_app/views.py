@@ -16,7 +16,8 @@ from rest_framework.views import APIView
 from community.models import ChangeSource
 from community.permissions import ERASE_ANY, ensure_may_act_on
 from community.views import USER_ID_PARAM, parse_path_user_id
-from tidalproject.api import WriteRateThrottle, is_service_account
+from tidalproject.api import WriteRateThrottle
+from tidalproject.roles import is_service_account
 
 from .erasure import erase_user, erasure_job_create
 from .models import ErasureJobUser
