@@ -16,7 +16,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from signals_app.selectors import cohort_attribution, community_trending
 from tidalproject.api import WriteRateThrottle
 
 from .exports import csv_export_response
@@ -45,11 +44,8 @@ from .serializers import (
     MembershipChangeSerializer,
     MembersSerializer,
     StatusListQuerySerializer,
-    TopItemSerializer,
-    TopItemsSerializer,
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
-    WindowQuerySerializer,
     change_payload,
     record_status_payload,
 )
@@ -280,6 +276,9 @@ class GroupPermissions(DjangoModelPermissions):
 class _GroupViewSet(viewsets.GenericViewSet[Any]):
     """Communities and cohorts: create, list, read, members, top items."""
 
+    # The top items (trending, attribution) read the signals' aggregates: signals_app.views
+    # adds them to these viewsets.
+
     permission_classes = [IsAuthenticated, GroupPermissions]
     throttle_classes = [WriteRateThrottle]
     serializer_class = GroupSerializer
@@ -329,33 +328,16 @@ class _GroupViewSet(viewsets.GenericViewSet[Any]):
         change = group_members_add(group=group, user_ids=user_ids)
         return Response({"added": change.changed, "already": change.unchanged})
 
-    def _top_items(self, request: Request, select: Any) -> Response:
-        group = self.get_object()
-        query = WindowQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        items = select(group, **query.validated_data)
-        return Response({"results": TopItemSerializer(items, many=True).data})
-
 
 class CommunityViewSet(_GroupViewSet):
     queryset = Community.objects.all()
     member_perms = {"add": "community.add_communitymember", "delete": "community.delete_communitymember"}
-
-    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
-    @action(detail=True, methods=["get"])
-    def trending(self, request: Request, slug: str) -> Response:
-        return self._top_items(request, lambda group, **window: community_trending(community=group, **window))
 
 
 class CohortViewSet(_GroupViewSet):
     queryset = Cohort.objects.all()
     read_perm = "community.view_cohort"
     member_perms = {"add": "community.add_cohortmember", "delete": "community.delete_cohortmember"}
-
-    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
-    @action(detail=True, methods=["get"])
-    def attribution(self, request: Request, slug: str) -> Response:
-        return self._top_items(request, lambda group, **window: cohort_attribution(cohort=group, **window))
 
 
 class LeaveCacheView(APIView):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
@@ -15,13 +16,14 @@ from rest_framework.views import APIView
 
 from community.models import ChangeSource
 from community.permissions import ERASE_ANY, ensure_may_act_on
-from community.views import USER_ID_PARAM, parse_path_user_id
+from community.serializers import TopItemSerializer, TopItemsSerializer, WindowQuerySerializer
+from community.views import USER_ID_PARAM, CohortViewSet, CommunityViewSet, parse_path_user_id
 from tidalproject.api import WriteRateThrottle
 from tidalproject.roles import is_service_account
 
 from .erasure import erase_user, erasure_job_create
 from .models import ErasureJobUser
-from .selectors import erasure_job_progress, user_recent_signals
+from .selectors import cohort_attribution, community_trending, erasure_job_progress, user_recent_signals
 from .serializers import (
     BulkErasureSerializer,
     ErasureJobSerializer,
@@ -159,3 +161,29 @@ class ErasureJobResultsView(GenericAPIView[Any]):
         job = erasure_job_progress(job_id=job_id)
         page = self.paginate_queryset(ErasureJobUser.objects.filter(job=job).order_by("position"))
         return self.get_paginated_response(ErasureJobUserSerializer(page, many=True).data)
+
+
+# Top items read the signals' aggregates, so they are served here, on community's group
+# viewsets (the same URLs: /api/communities/{slug}/trending/, /api/cohorts/{slug}/attribution/).
+
+
+def _top_items(view: CommunityViewSet | CohortViewSet, request: Request, select: Any) -> Response:
+    group = view.get_object()
+    query = WindowQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    items = select(group, **query.validated_data)
+    return Response({"results": TopItemSerializer(items, many=True).data})
+
+
+class CommunityTrendingViewSet(CommunityViewSet):
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
+    @action(detail=True, methods=["get"])
+    def trending(self, request: Request, slug: str) -> Response:
+        return _top_items(self, request, lambda group, **window: community_trending(community=group, **window))
+
+
+class CohortAttributionViewSet(CohortViewSet):
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
+    @action(detail=True, methods=["get"])
+    def attribution(self, request: Request, slug: str) -> Response:
+        return _top_items(self, request, lambda group, **window: cohort_attribution(cohort=group, **window))
