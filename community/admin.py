@@ -12,6 +12,7 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from . import admin_views
+from .admin_links import user_page_url
 from .cache import CORRUPT
 from .ids import parse_user_id
 from .membership import MAX_USER_ID, MembershipStatus
@@ -135,7 +136,7 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
 
     @admin.display(description="console")
     def user_page(self, obj: CommunityLeave) -> str:
-        return format_html('<a href="{}">user page</a>', admin_views.user_page_url(obj.user_id))
+        return format_html('<a href="{}">user page</a>', user_page_url(obj.user_id))
 
     def get_urls(self) -> list[URLPattern]:
         """The operators' console (community/admin_views.py), before the model's own URLs."""

@@ -13,7 +13,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from community.admin import UserIdSearchMixin
-from community.admin_views import BulkLeaveForm, user_page_url
+from community.admin_links import user_page_url
+from community.forms import BulkLeaveForm
 from community.ids import parse_user_id
 from community.models import ChangeSource, CommunityLeave
 from community.permissions import ERASE_ANY

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from community import admin_views
+from community import admin_views, forms
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import leave_changes_per_day, leave_record_counts
@@ -409,7 +409,7 @@ def test_bad_tokens_are_named_and_nothing_is_written(client_) -> None:
 def test_many_bad_tokens_are_summarised(client_) -> None:
     r = client_.post(BULK, {"user_ids": " ".join(f"x{i}" for i in range(25))})
     errors = r.context["form"].non_field_errors()
-    assert len(errors) == admin_views.BAD_TOKENS_SHOWN + 1
+    assert len(errors) == forms.BAD_TOKENS_SHOWN + 1
     assert errors[-1] == "… and 5 more bad items."
 
 
@@ -420,7 +420,7 @@ def test_an_empty_list_is_refused(client_, text) -> None:
 
 
 def test_the_cap_is_enforced(client_) -> None:
-    ids = " ".join(str(i) for i in range(admin_views.BULK_MAX_IDS + 1))
+    ids = " ".join(str(i) for i in range(forms.BULK_MAX_IDS + 1))
     r = client_.post(BULK, {"user_ids": ids})
     assert r.context["form"].non_field_errors() == [
         "10,001 distinct ids: at most 10,000 at a time. Split the list and submit it in parts."
@@ -459,7 +459,7 @@ def test_a_bad_token_in_a_file_is_named(client_) -> None:
 def test_a_file_that_is_not_utf8_or_too_large_is_refused(client_) -> None:
     r = client_.post(BULK, {"file": SimpleUploadedFile("ids.txt", b"\xff\xfe1\x00")})
     assert r.context["form"].errors["file"] == ["The file is not UTF-8 text."]
-    big = SimpleUploadedFile("ids.txt", b"1\n" * (admin_views.BULK_MAX_FILE_BYTES // 2 + 1))
+    big = SimpleUploadedFile("ids.txt", b"1\n" * (forms.BULK_MAX_FILE_BYTES // 2 + 1))
     r = client_.post(BULK, {"file": big})
     assert r.context["form"].errors["file"] == ["The file is larger than 1024 KiB."]
     assert written() == ([], 0, 0)
