@@ -1,17 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import update_wrapper
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
+from django.http import HttpRequest
 from django.utils.html import format_html
 
-from . import admin_views
 from .admin_links import user_page_url
 from .cache import CORRUPT
 from .ids import parse_user_id
@@ -137,34 +133,6 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
     @admin.display(description="console")
     def user_page(self, obj: CommunityLeave) -> str:
         return format_html('<a href="{}">user page</a>', user_page_url(obj.user_id))
-
-    def get_urls(self) -> list[URLPattern]:
-        """The operators' console (community/admin_views.py), before the model's own URLs."""
-
-        def wrap(view: Callable[..., HttpResponse], **defaults: Any) -> Callable[..., HttpResponse]:
-            def bound(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-                return view(request, *args, model_admin=self, **defaults, **kwargs)
-
-            return self.admin_site.admin_view(update_wrapper(bound, view))
-
-        return [
-            path("console/", wrap(admin_views.dashboard), name="community_console"),
-            path("console/find/", wrap(admin_views.find_user), name="community_console_find"),
-            path("console/export.csv", wrap(admin_views.export_csv), name="community_console_export"),
-            path("console/bulk-leave/", wrap(admin_views.bulk_leave), name="community_console_bulk_leave"),
-            path("console/user/<str:user_id>/", wrap(admin_views.user_page), name="community_console_user"),
-            path(
-                "console/user/<str:user_id>/leave/",
-                wrap(admin_views.user_change, action=ChangeAction.LEAVE),
-                name="community_console_user_leave",
-            ),
-            path(
-                "console/user/<str:user_id>/rejoin/",
-                wrap(admin_views.user_change, action=ChangeAction.REJOIN),
-                name="community_console_user_rejoin",
-            ),
-            *super().get_urls(),
-        ]
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

@@ -14,11 +14,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from community import admin_views, forms
+from community import forms
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import leave_changes_per_day, leave_record_counts
 from community.services import leave_community_layer, rejoin_community_layer
+from console import views as admin_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
 from signals_app.services import process_signals

@@ -1,6 +1,6 @@
 """The operators' console in the admin: a dashboard, one user's page, and bulk leave.
 
-Mounted by ``CommunityLeaveAdmin.get_urls`` under ``/admin/community/communityleave/console/``
+Mounted by ``console.admin`` under ``/admin/community/communityleave/console/``
 behind ``admin_site.admin_view`` (active staff, else the login page). Each view checks the
 model permission it needs (403 otherwise), reads through selectors and writes through the
 services only, so history and fence come with every change.
@@ -21,19 +21,23 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from community.admin_links import CONSOLE_USER_URL
+from community.exports import csv_export_response
+from community.forms import BULK_MAX_IDS, BulkLeaveForm
+from community.ids import parse_user_id
+from community.membership import CommunityMembership, MembershipStatus
+from community.models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
+from community.permissions import ERASE_ANY
+from community.selectors import (
+    community_layer_history,
+    community_layer_record,
+    leave_changes_per_day,
+    leave_record_counts,
+)
+from community.serializers import STATUS_FILTERS, _rfc3339
+from community.services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
-
-from .admin_links import CONSOLE_USER_URL
-from .exports import csv_export_response
-from .forms import BULK_MAX_IDS, BulkLeaveForm
-from .ids import parse_user_id
-from .membership import CommunityMembership, MembershipStatus
-from .models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
-from .permissions import ERASE_ANY
-from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
-from .serializers import STATUS_FILTERS, _rfc3339
-from .services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
 
