@@ -10,6 +10,7 @@ from django.utils.html import format_html
 
 from .admin_links import user_page_url
 from .cache import CORRUPT
+from .display import left_at_text, record_status_label
 from .ids import parse_user_id
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import (
@@ -26,7 +27,6 @@ from .models import (
     WebhookSubscription,
 )
 from .permissions import READ_ANY
-from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 from .webhooks import (
     UnsafeTarget,
@@ -37,8 +37,6 @@ from .webhooks import (
     webhook_subscription_update,
 )
 
-_STATUS_LABELS = {MembershipStatus.ACTIVE: "active", MembershipStatus.LEFT: "left"}
-
 # The admin index gains a link to the operators' console (admin/community/site_index.html
 # extends the stock index). Set on the default site rather than a custom AdminSite, which
 # would mean changing the project's URLconf and INSTALLED_APPS.
@@ -46,13 +44,11 @@ admin.site.index_template = "admin/community/site_index.html"
 
 
 def _decoded_status(obj: CommunityLeave | LeaveHistory) -> str:
-    record = obj.membership
-    return "corrupt" if record is None else _STATUS_LABELS[record.status]
+    return record_status_label(obj.membership)
 
 
 def _decoded_left_at(obj: CommunityLeave | LeaveHistory) -> str:
-    record = obj.membership
-    return (_rfc3339(record.left_at_ns) or "-") if record is not None else "unreadable"
+    return left_at_text(obj.membership)
 
 
 def _hex(obj: CommunityLeave | LeaveHistory) -> str:

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from tidalproject.api import WriteRateThrottle
 
+from .display import change_payload, record_status_payload
 from .exports import csv_export_response
 from .fields import UserIdField
 from .models import ChangeSource, Cohort, Community, CommunityLeave, WebhookDelivery, WebhookSubscription
@@ -46,8 +47,6 @@ from .serializers import (
     StatusListQuerySerializer,
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
-    change_payload,
-    record_status_payload,
 )
 from .services import (
     SlugTaken,

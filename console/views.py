@@ -22,10 +22,10 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from community.admin_links import CONSOLE_USER_URL
+from community.display import STATUS_FILTERS, left_at_text, record_status_label, rfc3339
 from community.exports import csv_export_response
 from community.forms import BULK_MAX_IDS, BulkLeaveForm
 from community.ids import parse_user_id
-from community.membership import CommunityMembership, MembershipStatus
 from community.models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
 from community.permissions import ERASE_ANY
 from community.selectors import (
@@ -34,7 +34,6 @@ from community.selectors import (
     leave_changes_per_day,
     leave_record_counts,
 )
-from community.serializers import STATUS_FILTERS, _rfc3339
 from community.services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
@@ -72,12 +71,6 @@ def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra:
         "may_erase": request.user.is_staff and request.user.has_perm(ERASE_ANY),
         **extra,
     }
-
-
-def _status_label(record: CommunityMembership | None) -> str:
-    if record is None:
-        return "corrupt"
-    return "left" if record.status == MembershipStatus.LEFT else "active"
 
 
 def _user_id_or_message(request: HttpRequest, raw: str) -> int | None:
@@ -199,8 +192,8 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
         {
             "version": entry.version,
             "action": entry.action,
-            "status": _status_label(entry.membership),
-            "left_at": _left_at(entry.membership),
+            "status": record_status_label(entry.membership),
+            "left_at": left_at_text(entry.membership),
             "actor": entry.actor_label or "-",
             "source": entry.get_source_display(),
             "at": entry.at,
@@ -208,12 +201,6 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
         }
         for entry in entries
     ]
-
-
-def _left_at(record: CommunityMembership | None) -> str:
-    if record is None:
-        return "unreadable"
-    return _rfc3339(record.left_at_ns) or "-"
 
 
 def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) -> HttpResponse:
@@ -229,9 +216,9 @@ def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) ->
         model_admin,
         f"User {uid}",
         user_id=uid,
-        status="corrupt" if stored.status.corrupt else _status_label(record),
+        status="corrupt" if stored.status.corrupt else record_status_label(record),
         corrupt=stored.status.corrupt,
-        left_at=_rfc3339(record.left_at_ns) or "-",
+        left_at=rfc3339(record.left_at_ns) or "-",
         raw=stored.raw.hex(" ") if stored.raw is not None else None,
         history=_history_rows(history[:HISTORY_SHOWN]),
         history_total=history.count(),
@@ -261,10 +248,12 @@ def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, mod
             messages.error(request, f"The reason is {len(reason)} characters; at most {MAX_REASON_LENGTH}.")
             return redirect(request.path)
         change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN, reason=reason)
-        messages.success(request, f"User {uid} is now {_status_label(change.membership)} (version {change.version}).")
+        messages.success(
+            request, f"User {uid} is now {record_status_label(change.membership)} (version {change.version})."
+        )
         return redirect(URL_USER, user_id=uid)
     stored = community_layer_record(user_id=uid)
-    status = "corrupt" if stored.status.corrupt else _status_label(stored.status.membership)
+    status = "corrupt" if stored.status.corrupt else record_status_label(stored.status.membership)
     context = _context(
         request,
         model_admin,
