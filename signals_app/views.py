@@ -8,6 +8,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
@@ -35,7 +36,7 @@ from .serializers import (
     SignalOutSerializer,
 )
 from .services import ingest_signals
-from .validation import parse_signal_batch
+from .validation import SignalBatchInvalid, parse_signal_batch
 
 ADD_SIGNALS = "signals_app.add_signal"
 READ_ANY_SIGNALS = "signals_app.view_signal"
@@ -60,12 +61,15 @@ class SignalIngestView(APIView):
         summary="Post up to 1,000 signals (all or nothing)",
     )
     def post(self, request: Request) -> Response:
-        signals = parse_signal_batch(
-            request.data,
-            now=timezone.now(),
-            max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS),
-            require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
-        )
+        try:
+            signals = parse_signal_batch(
+                request.data,
+                now=timezone.now(),
+                max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS),
+                require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
+            )
+        except SignalBatchInvalid as exc:
+            raise ValidationError(exc.detail) from None
         result = ingest_signals(sender=request.user, signals=signals)
         return Response(
             {"accepted": result.accepted, "duplicates": result.duplicates, "suppressed": result.suppressed},
