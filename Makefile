@@ -43,6 +43,7 @@ lint: install
 	ruff check .
 	ruff format --check .
 	mypy .
+	lint-imports
 
 test: lint chromium
 	pytest
