@@ -354,21 +354,6 @@ def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> 
     return ImportReport(added=added, already=already, created=created)
 
 
-SERVICE_PERMISSIONS = (
-    "signals_app.add_signal",
-    "signals_app.view_signal",
-    "community.view_communityleave",
-    "community.change_communityleave",
-    "community.add_community",
-    "community.add_cohort",
-    "community.view_cohort",
-    "community.add_communitymember",
-    "community.delete_communitymember",
-    "community.add_cohortmember",
-    "community.delete_cohortmember",
-)
-
-
 def create_service_account(*, username: str, perms: Iterable[str]) -> str:
     """Create or update a service account with exactly ``perms``; returns a new API token.
 

@@ -27,7 +27,7 @@ from community.exports import csv_export_response
 from community.forms import BULK_MAX_IDS, BulkLeaveForm
 from community.ids import parse_user_id
 from community.models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
-from community.permissions import ERASE_ANY
+from community.permissions import ERASE_ANY, READ_ANY_SIGNALS
 from community.selectors import (
     community_layer_history,
     community_layer_record,
@@ -40,7 +40,6 @@ from signals_app.selectors import outcomes_per_hour, user_recent_signals
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
 
-VIEW_SIGNALS = "signals_app.view_signal"
 HISTORY_SHOWN = 100
 SIGNALS_SHOWN = 50
 DAYS_SHOWN = 14
@@ -66,7 +65,7 @@ def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra:
         "opts": model_admin.opts,
         "title": title,
         "may_change": model_admin.has_change_permission(request),
-        "may_view_signals": request.user.has_perm(VIEW_SIGNALS),
+        "may_view_signals": request.user.has_perm(READ_ANY_SIGNALS),
         # The Erase button leads to signals_app's admin (erasure touches signals).
         "may_erase": request.user.is_staff and request.user.has_perm(ERASE_ANY),
         **extra,

@@ -10,13 +10,14 @@ from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from community.access import needs, own_user_id_or
 from community.models import ChangeSource
-from community.permissions import ERASE_ANY, ensure_may_act_on
+from community.permissions import ADD_SIGNALS, ERASE_ANY, READ_ANY_SIGNALS
 from community.serializers import TopItemSerializer, TopItemsSerializer, WindowQuerySerializer
 from community.views import USER_ID_PARAM, CohortViewSet, CommunityViewSet, parse_path_user_id
 from tidalproject.api import WriteRateThrottle
@@ -38,21 +39,11 @@ from .serializers import (
 from .services import ingest_signals
 from .validation import SignalBatchInvalid, parse_signal_batch
 
-ADD_SIGNALS = "signals_app.add_signal"
-READ_ANY_SIGNALS = "signals_app.view_signal"
-
-
-class CanAddSignals(BasePermission):
-    message = f"Posting signals needs the {ADD_SIGNALS} permission."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm(ADD_SIGNALS))
-
 
 class SignalIngestView(APIView):
     """Accept a batch of signals: validated whole, stored as pending, processed by the workers."""
 
-    permission_classes = [IsAuthenticated, CanAddSignals]
+    permission_classes = [IsAuthenticated, needs(ADD_SIGNALS, "Posting signals")]
     throttle_classes = [WriteRateThrottle]
 
     @extend_schema(
@@ -80,7 +71,7 @@ class SignalIngestView(APIView):
 class UserSignalsView(GenericAPIView[Any]):
     """A user's recent signals, newest first, with what processing did with each."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, own_user_id_or(READ_ANY_SIGNALS)]
     serializer_class = SignalOutSerializer
 
     @extend_schema(
@@ -90,7 +81,6 @@ class UserSignalsView(GenericAPIView[Any]):
     )
     def get(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
-        ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)
         page = self.paginate_queryset(user_recent_signals(user_id=uid))
         return self.get_paginated_response(SignalOutSerializer(page, many=True).data)
 
@@ -100,7 +90,7 @@ class EraseView(APIView):
     their stored signals are deleted. A user may erase themselves; operators need their own
     permission (``community.erase_communityleave``)."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, own_user_id_or(ERASE_ANY)]
     throttle_classes = [WriteRateThrottle]
 
     @extend_schema(
@@ -111,18 +101,11 @@ class EraseView(APIView):
     )
     def post(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
-        ensure_may_act_on(request.user, user_id=uid, perm=ERASE_ANY)
         receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
         return Response(ErasureReceiptSerializer(receipt).data)
 
 
-class CanEraseAnyone(BasePermission):
-    message = f"Bulk erasure needs the {ERASE_ANY} permission."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm(ERASE_ANY))
-
-
+CanEraseAnyone = needs(ERASE_ANY, "Bulk erasure")
 JOB_ID_PARAM = OpenApiParameter("job_id", int, OpenApiParameter.PATH, description="The erasure job's id.")
 
 
