@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from drills.client import LOOPBACK
 from drills.deployment import PROJECT_DIR, PYTHON, Deployment
+from support.client import LOOPBACK
 
 SHORT_EXAMPLES = 50
 FULL_EXAMPLES = 200

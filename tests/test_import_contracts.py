@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import PROJECT_DIR
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ["tidalproject", "accounts", "community", "signals_app", "console"]
+PACKAGES = ["tidalproject", "accounts", "community", "signals_app", "console", "support"]
 
 
 def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
