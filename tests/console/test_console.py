@@ -19,7 +19,7 @@ from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import leave_changes_per_day, leave_record_counts
 from community.services import leave_community_layer, rejoin_community_layer
-from console import views as admin_views
+from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
 from signals_app.services import process_signals
@@ -339,15 +339,15 @@ def test_user_page_history_is_capped_newest_first(client_) -> None:
         rejoin_community_layer(user_id=9)
     r = client_.get(user_url(9))
     versions = [row["version"] for row in r.context["history"]]
-    assert len(versions) == admin_views.HISTORY_SHOWN == 100
+    assert len(versions) == console_views.HISTORY_SHOWN == 100
     assert versions == sorted(LeaveHistory.objects.filter(user_id=9).values_list("version", flat=True))[-100:][::-1]
     assert "newest 100 of 102" in r.content.decode()
 
 
 def test_user_page_signals_are_capped(client_) -> None:
     sender = UserFactory(perms=["signals_app.add_signal"])
-    ingest(sender, *[sig(8) for _ in range(admin_views.SIGNALS_SHOWN + 5)])
-    assert len(client_.get(user_url(8)).context["signals"]) == admin_views.SIGNALS_SHOWN
+    ingest(sender, *[sig(8) for _ in range(console_views.SIGNALS_SHOWN + 5)])
+    assert len(client_.get(user_url(8)).context["signals"]) == console_views.SIGNALS_SHOWN
 
 
 # --- leave and rejoin from the user page -------------------------------------------------
@@ -470,13 +470,13 @@ def test_confirm_makes_them_leave_in_chunks_with_source_admin(client_, console_o
     leave_community_layer(user_id=5)
     version = LeaveClock.objects.get(pk=1).version
     calls: list[int] = []
-    real = admin_views.bulk_leave_community_layer
+    real = console_views.bulk_leave_community_layer
 
     def counting(**kwargs: Any) -> Any:
         calls.append(len(kwargs["user_ids"]))
         return real(**kwargs)
 
-    monkeypatch.setattr(admin_views, "bulk_leave_community_layer", counting)
+    monkeypatch.setattr(console_views, "bulk_leave_community_layer", counting)
     ids = list(range(1, 2501))
     r = client_.post(BULK, {"user_ids": " ".join(map(str, ids)), "confirm": "1"})
     assert r.status_code == 302 and r["Location"] == DASHBOARD
@@ -492,7 +492,7 @@ def test_confirm_makes_them_leave_in_chunks_with_source_admin(client_, console_o
 
 
 def test_a_database_error_midway_says_how_far_it_got(client_, monkeypatch) -> None:
-    real = admin_views.bulk_leave_community_layer
+    real = console_views.bulk_leave_community_layer
     calls: list[int] = []
 
     def failing_second(**kwargs: Any) -> Any:
@@ -501,7 +501,7 @@ def test_a_database_error_midway_says_how_far_it_got(client_, monkeypatch) -> No
             raise DatabaseError("connection lost")
         return real(**kwargs)
 
-    monkeypatch.setattr(admin_views, "bulk_leave_community_layer", failing_second)
+    monkeypatch.setattr(console_views, "bulk_leave_community_layer", failing_second)
     r = client_.post(BULK, {"user_ids": " ".join(str(i) for i in range(1, 1501)), "confirm": "1"})
     assert r.status_code == 200
     assert "The database failed after 1,000 of 1,500 ids" in shown_messages(r)[0]
