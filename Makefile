@@ -1,11 +1,12 @@
 # The two commands of the README:
 #   make run    start the web server and a real Celery worker on the embedded default
 #   make test   install what is needed, lint, type-check and run the whole test suite
+#   make test-fast  the inner loop: no browser, no real processes, database kept, in parallel
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install chromium pgbouncer run test lint bench bench-downstream drills drills-full clean
+.PHONY: install chromium pgbouncer run test test-fast lint bench bench-downstream drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -42,9 +43,17 @@ lint: install
 	ruff check .
 	ruff format --check .
 	mypy .
+	lint-imports
 
 test: lint chromium
 	pytest
+
+# Not a gate: `make test` is. Skips the browser tests, the tests that start real processes and
+# the slow ones; keeps the test database between runs (--reuse-db: add --create-db after a
+# new migration) and spreads the tests over FAST_WORKERS processes.
+FAST_WORKERS ?= 4
+test-fast: install
+	pytest -q -p no:cacheprovider -m "not processes and not slow" --ignore=tests/browser --reuse-db -n $(FAST_WORKERS)
 
 # The leave cache's suite, the pipeline's, then erasure's; all run even when one misses a
 # budget, and the target fails when any does.

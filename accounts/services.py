@@ -13,7 +13,7 @@ from django.utils import timezone
 from knox.models import AuthToken
 from knox.settings import knox_settings
 
-from tidalproject.api import is_service_account
+from tidalproject.roles import is_service_account
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,17 @@
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import update_wrapper
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, path
+from django.http import HttpRequest
 from django.utils.html import format_html
 
-from tidalproject.api import parse_user_id
-
-from . import admin_views
+from .admin_links import user_page_url
 from .cache import CORRUPT
+from .display import left_at_text, record_status_label
+from .ids import parse_user_id
 from .membership import MAX_USER_ID, MembershipStatus
 from .models import (
     ChangeAction,
@@ -30,7 +27,6 @@ from .models import (
     WebhookSubscription,
 )
 from .permissions import READ_ANY
-from .serializers import _rfc3339
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 from .webhooks import (
     UnsafeTarget,
@@ -41,8 +37,6 @@ from .webhooks import (
     webhook_subscription_update,
 )
 
-_STATUS_LABELS = {MembershipStatus.ACTIVE: "active", MembershipStatus.LEFT: "left"}
-
 # The admin index gains a link to the operators' console (admin/community/site_index.html
 # extends the stock index). Set on the default site rather than a custom AdminSite, which
 # would mean changing the project's URLconf and INSTALLED_APPS.
@@ -50,13 +44,11 @@ admin.site.index_template = "admin/community/site_index.html"
 
 
 def _decoded_status(obj: CommunityLeave | LeaveHistory) -> str:
-    record = obj.membership
-    return "corrupt" if record is None else _STATUS_LABELS[record.status]
+    return record_status_label(obj.membership)
 
 
 def _decoded_left_at(obj: CommunityLeave | LeaveHistory) -> str:
-    record = obj.membership
-    return (_rfc3339(record.left_at_ns) or "-") if record is not None else "unreadable"
+    return left_at_text(obj.membership)
 
 
 def _hex(obj: CommunityLeave | LeaveHistory) -> str:
@@ -136,35 +128,7 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
 
     @admin.display(description="console")
     def user_page(self, obj: CommunityLeave) -> str:
-        return format_html('<a href="{}">user page</a>', admin_views.user_page_url(obj.user_id))
-
-    def get_urls(self) -> list[URLPattern]:
-        """The operators' console (community/admin_views.py), before the model's own URLs."""
-
-        def wrap(view: Callable[..., HttpResponse], **defaults: Any) -> Callable[..., HttpResponse]:
-            def bound(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-                return view(request, *args, model_admin=self, **defaults, **kwargs)
-
-            return self.admin_site.admin_view(update_wrapper(bound, view))
-
-        return [
-            path("console/", wrap(admin_views.dashboard), name="community_console"),
-            path("console/find/", wrap(admin_views.find_user), name="community_console_find"),
-            path("console/export.csv", wrap(admin_views.export_csv), name="community_console_export"),
-            path("console/bulk-leave/", wrap(admin_views.bulk_leave), name="community_console_bulk_leave"),
-            path("console/user/<str:user_id>/", wrap(admin_views.user_page), name="community_console_user"),
-            path(
-                "console/user/<str:user_id>/leave/",
-                wrap(admin_views.user_change, action=ChangeAction.LEAVE),
-                name="community_console_user_leave",
-            ),
-            path(
-                "console/user/<str:user_id>/rejoin/",
-                wrap(admin_views.user_change, action=ChangeAction.REJOIN),
-                name="community_console_user_rejoin",
-            ),
-            *super().get_urls(),
-        ]
+        return format_html('<a href="{}">user page</a>', user_page_url(obj.user_id))
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

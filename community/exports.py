@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from .display import status_csv
 from .selectors import community_layer_record_rows
-from .serializers import status_csv
 
 
 def csv_export_response(status: str | None) -> StreamingHttpResponse:

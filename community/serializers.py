@@ -2,20 +2,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import csv
-import io
 import math
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from tidalproject.api import UserIdField
-
-from .membership import MAX_USER_ID, CommunityMembership, MembershipStatus, deserialize_membership
+from .display import STATUS_FILTERS, record_status_label, status_payload
+from .fields import UserIdField
+from .membership import MAX_USER_ID
 from .models import (
     MAX_REASON_LENGTH,
     ChangeAction,
@@ -29,61 +25,6 @@ from .selectors import LayerStatus
 MAX_BULK = 1000
 FEED_DEFAULT_LIMIT = 100
 FEED_MAX_LIMIT = 1000
-
-
-def _rfc3339(left_at_ns: int | None) -> str | None:
-    if left_at_ns is None:
-        return None
-    seconds, nanos = divmod(left_at_ns, 1_000_000_000)
-    stamp = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{stamp}.{nanos:09d}Z"
-
-
-def status_payload(membership: CommunityMembership, *, corrupt: bool = False) -> dict[str, Any]:
-    return {
-        "user_id": membership.user_id,
-        "status": "left" if membership.status == MembershipStatus.LEFT else "active",
-        "left_at": _rfc3339(membership.left_at_ns),
-        "left_at_ns": membership.left_at_ns,
-        "corrupt": corrupt,
-    }
-
-
-def record_status_label(membership: CommunityMembership | None) -> str:
-    """One label for a decoded record: "active", "left", or "corrupt" where it cannot be read."""
-    if membership is None:
-        return "corrupt"
-    return "left" if membership.status == MembershipStatus.LEFT else "active"
-
-
-def change_payload(entry: LeaveHistory) -> dict[str, Any]:
-    """A history row as the change feed and the webhooks send it (one definition for both).
-
-    ``action`` is the stored ChangeAction value as it is, so a new action flows through
-    without code here.
-    """
-    record = entry.membership
-    left_at_ns = None if record is None else record.left_at_ns
-    return {
-        "version": entry.version,
-        "user_id": entry.user_id,
-        "action": entry.action,
-        "status": record_status_label(record),
-        "left_at": _rfc3339(left_at_ns),
-        "left_at_ns": left_at_ns,
-        "at": entry.at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
-        "actor": entry.actor_label or None,
-        "source": entry.source,
-        "reason": entry.reason,
-    }
-
-
-def record_status_payload(user_id: int, value: bytes | memoryview) -> dict[str, Any]:
-    """A stored record as a status answer; a corrupt one reads as left (fail closed)."""
-    record = deserialize_membership(user_id, value)
-    if record is None:
-        return status_payload(CommunityMembership(user_id, MembershipStatus.LEFT, None), corrupt=True)
-    return status_payload(record)
 
 
 class LayerStatusSerializer(serializers.Serializer[LayerStatus]):
@@ -131,7 +72,7 @@ class LeaveHistorySerializer(serializers.ModelSerializer[LeaveHistory]):
 
     def get_status(self, entry: LeaveHistory) -> str | None:
         record = entry.membership
-        return None if record is None else ("left" if record.status == MembershipStatus.LEFT else "active")
+        return None if record is None else record_status_label(record)
 
     def get_left_at_ns(self, entry: LeaveHistory) -> int | None:
         record = entry.membership
@@ -209,37 +150,10 @@ class ChangeFeedQuerySerializer(serializers.Serializer[Any]):
         return value
 
 
-STATUS_FILTERS = ("active", "left", "corrupt")
-
-
 class StatusListQuerySerializer(serializers.Serializer[Any]):
     status = serializers.ChoiceField(
         choices=STATUS_FILTERS, required=False, help_text="Only records of this status; all records when absent."
     )
-
-
-def status_csv(rows: Iterable[tuple[int, bytes]]) -> Iterator[str]:
-    """CSV lines of ``(user_id, stored value)`` rows, a header first; a chunk of lines at a time."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["user_id", "status", "left_at", "left_at_ns", "corrupt"])
-    for count, (user_id, value) in enumerate(rows, start=1):
-        record = deserialize_membership(user_id, value)
-        left_at_ns = None if record is None else record.left_at_ns
-        writer.writerow(
-            [
-                user_id,
-                "left" if record is None else record_status_label(record),
-                _rfc3339(left_at_ns) or "",
-                "" if left_at_ns is None else left_at_ns,
-                "true" if record is None else "false",
-            ]
-        )
-        if count % 1000 == 0:
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-    yield buffer.getvalue()
 
 
 class BulkStatusSerializer(serializers.Serializer[Any]):

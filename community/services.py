@@ -22,8 +22,8 @@ from django.db.models import Max
 from tqdm import tqdm
 
 from tidalproject import metrics
-from tidalproject.api import parse_user_id
 
+from .ids import parse_user_id
 from .membership import (
     CommunityMembership,
     MembershipStatus,
@@ -352,21 +352,6 @@ def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> 
             added += change.changed
             already += change.unchanged
     return ImportReport(added=added, already=already, created=created)
-
-
-SERVICE_PERMISSIONS = (
-    "signals_app.add_signal",
-    "signals_app.view_signal",
-    "community.view_communityleave",
-    "community.change_communityleave",
-    "community.add_community",
-    "community.add_cohort",
-    "community.view_cohort",
-    "community.add_communitymember",
-    "community.delete_communitymember",
-    "community.add_cohortmember",
-    "community.delete_cohortmember",
-)
 
 
 def create_service_account(*, username: str, perms: Iterable[str]) -> str:

@@ -9,19 +9,29 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import SAFE_METHODS, DjangoModelPermissions, IsAuthenticated
+from rest_framework.permissions import DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from signals_app.selectors import cohort_attribution, community_trending
-from tidalproject.api import UserIdField, WriteRateThrottle
+from tidalproject.api import WriteRateThrottle
 
+from .access import ActionPermissions, MayChangeMembers, needs, own_user_id_or
+from .display import change_payload, record_status_payload
 from .exports import csv_export_response
+from .fields import UserIdField
 from .models import ChangeSource, Cohort, Community, CommunityLeave, WebhookDelivery, WebhookSubscription
-from .permissions import CHANGE_ANY, READ_ANY, ensure_may_act_on
+from .permissions import (
+    ADD_COHORT_MEMBER,
+    ADD_COMMUNITY_MEMBER,
+    CHANGE_ANY,
+    DELETE_COHORT_MEMBER,
+    DELETE_COMMUNITY_MEMBER,
+    READ_ANY,
+    VIEW_COHORT,
+)
 from .selectors import (
     LayerStatus,
     community_layer_changes,
@@ -44,13 +54,8 @@ from .serializers import (
     MembershipChangeSerializer,
     MembersSerializer,
     StatusListQuerySerializer,
-    TopItemSerializer,
-    TopItemsSerializer,
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
-    WindowQuerySerializer,
-    change_payload,
-    record_status_payload,
 )
 from .services import (
     SlugTaken,
@@ -104,23 +109,31 @@ class StatusCursorPagination(CursorPagination):
         return int(raw)
 
 
-class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
+class CommunityLayerViewSet(ActionPermissions, viewsets.GenericViewSet[Any]):
     """Leave, rejoin and read a user's membership of the community layer.
 
     A user acts on their own user id; accounts with the model permissions act on any.
     """
 
     permission_classes = [IsAuthenticated]
+    action_permissions = {
+        "retrieve": [own_user_id_or(READ_ANY)],
+        "history": [own_user_id_or(READ_ANY)],
+        "leave": [own_user_id_or(CHANGE_ANY)],
+        "rejoin": [own_user_id_or(CHANGE_ANY)],
+        "changes": [needs(READ_ANY, "The change feed")],
+        "list": [needs(READ_ANY, "Listing records")],
+        "export": [needs(READ_ANY, "Listing records")],
+        "bulk_leave": [needs(CHANGE_ANY, "Bulk leave")],
+    }
     throttle_classes = [WriteRateThrottle]
     serializer_class = LayerStatusSerializer
     lookup_field = "user_id"
     # Anything up to the next slash reaches the view, so a bad id gets a 400 naming the rule.
     lookup_value_regex = r"[^/]+"
 
-    def _user_id(self, perm: str) -> int:
-        user_id = parse_path_user_id(self.kwargs["user_id"])
-        ensure_may_act_on(self.request.user, user_id=user_id, perm=perm)
-        return user_id
+    def _user_id(self) -> int:
+        return parse_path_user_id(self.kwargs["user_id"])
 
     @staticmethod
     def _answer(status: LayerStatus) -> Response:
@@ -128,7 +141,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
 
     @extend_schema(responses=LayerStatusSerializer, summary="A user's status", parameters=[USER_ID_PARAM])
     def retrieve(self, request: Request, user_id: str) -> Response:
-        return self._answer(community_layer_status(user_id=self._user_id(READ_ANY)))
+        return self._answer(community_layer_status(user_id=self._user_id()))
 
     @staticmethod
     def _reason(request: Request) -> str:
@@ -145,7 +158,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=True, methods=["post"])
     def leave(self, request: Request, user_id: str) -> Response:
-        uid = self._user_id(CHANGE_ANY)
+        uid = self._user_id()
         reason = self._reason(request)
         change = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
         return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
@@ -158,7 +171,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=True, methods=["post"])
     def rejoin(self, request: Request, user_id: str) -> Response:
-        uid = self._user_id(CHANGE_ANY)
+        uid = self._user_id()
         reason = self._reason(request)
         change = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
         return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
@@ -170,8 +183,6 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=False, methods=["get"], serializer_class=ChangeFeedSerializer)
     def changes(self, request: Request) -> Response:
-        if not request.user.has_perm(READ_ANY):
-            raise PermissionDenied(f"The change feed needs the {READ_ANY} permission.")
         query = ChangeFeedQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         after: int = query.validated_data["after"]
@@ -194,9 +205,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
             }
         )
 
-    def _list_permission(self, request: Request) -> str | None:
-        if not request.user.has_perm(READ_ANY):
-            raise PermissionDenied(f"Listing records needs the {READ_ANY} permission.")
+    def _status_filter(self, request: Request) -> str | None:
         query = StatusListQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         status: str | None = query.validated_data.get("status")
@@ -208,7 +217,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
         summary="Stored records by status, in user id order, cursor-paginated (operators)",
     )
     def list(self, request: Request) -> Response:
-        status = self._list_permission(request)
+        status = self._status_filter(request)
         paginator = StatusCursorPagination()
         page = paginator.paginate_queryset(community_layer_records(status=status), request, view=self)
         return paginator.get_paginated_response([record_status_payload(r.user_id, r.value) for r in page or []])
@@ -220,7 +229,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=False, methods=["get"], url_path="export")
     def export(self, request: Request) -> StreamingHttpResponse:
-        status = self._list_permission(request)
+        status = self._status_filter(request)
         return csv_export_response(status)
 
     @extend_schema(
@@ -230,7 +239,7 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=True, methods=["get"], serializer_class=LeaveHistorySerializer)
     def history(self, request: Request, user_id: str) -> Response:
-        entries = community_layer_history(user_id=self._user_id(READ_ANY))
+        entries = community_layer_history(user_id=self._user_id())
         page = self.paginate_queryset(entries)
         return self.get_paginated_response(LeaveHistorySerializer(page, many=True).data)
 
@@ -241,8 +250,6 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
     )
     @action(detail=False, methods=["post"], url_path="bulk-leave", serializer_class=BulkLeaveSerializer)
     def bulk_leave(self, request: Request) -> Response:
-        if not request.user.has_perm(CHANGE_ANY):
-            raise PermissionDenied(f"Bulk leave needs the {CHANGE_ANY} permission.")
         body = BulkLeaveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         user_ids: list[int] = body.validated_data["user_ids"]
@@ -261,31 +268,21 @@ class CommunityLayerViewSet(viewsets.GenericViewSet[Any]):
         )
 
 
-class GroupPermissions(DjangoModelPermissions):
-    """Writes need the model's permissions; reads need ``read_perm`` where the view sets one."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if getattr(view, "action", None) == "members":
-            # Membership changes are checked against the member model's permissions by the view.
-            return bool(request.user and request.user.is_authenticated)
-        if request.method in SAFE_METHODS:
-            read_perm = getattr(view, "read_perm", None)
-            return bool(
-                request.user and request.user.is_authenticated and (not read_perm or request.user.has_perm(read_perm))
-            )
-        return super().has_permission(request, view)
-
-
-class _GroupViewSet(viewsets.GenericViewSet[Any]):
+class _GroupViewSet(ActionPermissions, viewsets.GenericViewSet[Any]):
     """Communities and cohorts: create, list, read, members, top items."""
 
-    permission_classes = [IsAuthenticated, GroupPermissions]
+    # The top items (trending, attribution) read the signals' aggregates: signals_app.views
+    # adds them to these viewsets.
+
+    permission_classes = [IsAuthenticated]
+    # Creating needs the model's add permission; membership changes are checked on the group
+    # (404 first); any other action is a read, open to every account unless "*" says more.
+    action_permissions = {"create": [DjangoModelPermissions], "members": [MayChangeMembers]}
     throttle_classes = [WriteRateThrottle]
     serializer_class = GroupSerializer
     lookup_field = "slug"
     # A slug's own rule: anything else (a NUL byte, say) is a 404 before the database sees it.
     lookup_value_regex = r"[a-z0-9][a-z0-9_-]{0,63}"
-    read_perm: str | None = None
     member_perms: dict[str, str] = {}
 
     def list(self, request: Request) -> Response:
@@ -305,9 +302,6 @@ class _GroupViewSet(viewsets.GenericViewSet[Any]):
         return Response(GroupSerializer(group).data, status=201)
 
     def _members_body(self, request: Request) -> Sequence[int]:
-        perm = self.member_perms["delete" if request.method == "DELETE" else "add"]
-        if not request.user.has_perm(perm):
-            raise PermissionDenied(f"Changing members needs the {perm} permission.")
         body = MembersSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         user_ids: list[int] = body.validated_data["user_ids"]
@@ -328,33 +322,16 @@ class _GroupViewSet(viewsets.GenericViewSet[Any]):
         change = group_members_add(group=group, user_ids=user_ids)
         return Response({"added": change.changed, "already": change.unchanged})
 
-    def _top_items(self, request: Request, select: Any) -> Response:
-        group = self.get_object()
-        query = WindowQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        items = select(group, **query.validated_data)
-        return Response({"results": TopItemSerializer(items, many=True).data})
-
 
 class CommunityViewSet(_GroupViewSet):
     queryset = Community.objects.all()
-    member_perms = {"add": "community.add_communitymember", "delete": "community.delete_communitymember"}
-
-    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
-    @action(detail=True, methods=["get"])
-    def trending(self, request: Request, slug: str) -> Response:
-        return self._top_items(request, lambda group, **window: community_trending(community=group, **window))
+    member_perms = {"add": ADD_COMMUNITY_MEMBER, "delete": DELETE_COMMUNITY_MEMBER}
 
 
 class CohortViewSet(_GroupViewSet):
     queryset = Cohort.objects.all()
-    read_perm = "community.view_cohort"
-    member_perms = {"add": "community.add_cohortmember", "delete": "community.delete_cohortmember"}
-
-    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
-    @action(detail=True, methods=["get"])
-    def attribution(self, request: Request, slug: str) -> Response:
-        return self._top_items(request, lambda group, **window: cohort_attribution(cohort=group, **window))
+    action_permissions = {**_GroupViewSet.action_permissions, "*": [needs(VIEW_COHORT)]}
+    member_perms = {"add": ADD_COHORT_MEMBER, "delete": DELETE_COHORT_MEMBER}
 
 
 class LeaveCacheView(APIView):
@@ -364,7 +341,7 @@ class LeaveCacheView(APIView):
     ids). Needs the permission to read any user's leave record.
     """
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, needs(READ_ANY, "Reading the leave cache")]
 
     @extend_schema(
         parameters=[OpenApiParameter("compare", bool, description="Also compare with the records.")],
@@ -372,8 +349,6 @@ class LeaveCacheView(APIView):
         summary="This process's leave cache",
     )
     def get(self, request: Request) -> Response:
-        if not request.user.has_perm(READ_ANY):
-            raise PermissionDenied(f"Reading the leave cache needs the {READ_ANY} permission.")
         compare = request.query_params.get("compare", "") in ("1", "true", "yes")
         return Response(CommunityLeave.objects.cache.report(compare=compare))
 

@@ -205,7 +205,7 @@ def signed_message(
 
 
 def message_payload(entries: list[LeaveHistory], *, now: datetime) -> dict[str, Any]:
-    from .serializers import change_payload
+    from .display import change_payload
 
     return {
         "type": EVENT_TYPE,

@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from drills.client import LOOPBACK, Client
 from drills.deployment import Deployment
+from support.client import LOOPBACK, Client
 
 COMMON_PASSWORDS = ["123456", "password", "admin", "qwerty", "letmein", "welcome1", "changeme"]
 OPERATOR = "drill-operator"

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drills.checks import SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 SWEEP_LINE = re.compile(r"enqueued (\d+) pending signal\(s\)(?:; (\d+) left alone)?")
 

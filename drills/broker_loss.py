@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import redis
 
 from drills.checks import LossResult, SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
-from drills.client import Client
 from drills.deployment import Deployment, start_redis, stop_redis
+from support.client import Client
 
 
 @dataclass

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 Key = tuple[str, int, int, str, datetime]
 

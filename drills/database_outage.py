@@ -22,8 +22,8 @@ from drills.checks import (
     web_caches,
     worker_caches,
 )
-from drills.client import Client
 from drills.deployment import Deployment, postgres_ctl
+from support.client import Client
 
 GATED = 2
 

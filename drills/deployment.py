@@ -12,12 +12,10 @@ import os
 import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +24,8 @@ import psycopg
 import redis
 
 from drills.pooler import PgBouncer
+from support.client import Client
+from support.processes import free_port, wait_until
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -44,13 +44,6 @@ def unit_command(unit: str, *, instance: str = "") -> list[str]:
     argv = shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("%i", instance).replace("%H", "%h"))
     program = Path(argv[0]).name
     return [PYTHON, "-m", program, *argv[1:]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Deployment:
@@ -250,16 +243,9 @@ class Deployment:
             proc.wait(timeout=10)
 
     def wait_until_up(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/api/schema/", timeout=5) as response:  # loopback
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the web server did not answer in {timeout}s; see {self.logs}/web.log")
+        client = Client(self.url, "")
+        what = f"the web server (see {self.logs}/web.log)"
+        wait_until(lambda: client.request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=timeout, what=what)
 
     def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Read the deployment's database directly (for the drills' independent checks)."""
@@ -294,13 +280,13 @@ def stop_redis() -> None:
 
 def start_redis(timeout: float = 30) -> None:
     subprocess.run(REDIS_START, capture_output=True, timeout=30, check=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(redis.ConnectionError):
-            if redis.Redis.from_url(REDIS_SERVER).ping():
-                return
-        time.sleep(0.2)
-    raise RuntimeError("redis did not come back")
+    wait_until(_redis_answers, timeout=timeout, interval=0.2, what="redis to come back")
+
+
+def _redis_answers() -> bool:
+    with contextlib.suppress(redis.ConnectionError):
+        return bool(redis.Redis.from_url(REDIS_SERVER).ping())
+    return False
 
 
 def postgres_ctl(action: str) -> None:

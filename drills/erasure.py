@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drills.checks import SignalLoad, actual_aggregates, expected_aggregates, setup_targets, wait_until_processed
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 
 @dataclass

@@ -12,8 +12,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from drills.checks import web_caches, worker_caches
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 
 @dataclass

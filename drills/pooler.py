@@ -17,14 +17,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from support.processes import free_port
+
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class PgBouncer:
@@ -32,7 +27,7 @@ class PgBouncer:
 
     def __init__(self, *, server_host: str = "127.0.0.1", server_port: int = 5432, pool_size: int = 20) -> None:
         self.server_host, self.server_port, self.pool_size = server_host, server_port, pool_size
-        self.port = _free_port()
+        self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-"))
         self.proc: subprocess.Popen[bytes] | None = None
 

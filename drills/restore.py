@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from drills.checks import setup_targets, wait_until_processed, web_caches, worker_caches
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 GATED = 2
 

@@ -27,8 +27,8 @@ from drills.checks import (
     setup_targets,
     wait_until_processed,
 )
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 GATED, ATTRIBUTED = 2, 1
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 DOWN_SECONDS = 30.0
 

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 from drills.checks import LossResult, SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
-from drills.client import Client
 from drills.deployment import Deployment
+from support.client import Client
 
 
 @dataclass

@@ -13,10 +13,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from community.admin import UserIdSearchMixin
-from community.admin_views import BulkLeaveForm, user_page_url
+from community.admin_links import user_page_url
+from community.forms import BulkLeaveForm
+from community.ids import parse_user_id
 from community.models import ChangeSource, CommunityLeave
-from community.permissions import ERASE_ANY
-from tidalproject.api import parse_user_id
+from community.permissions import CHANGE_SIGNALS, ERASE_ANY
 
 from .erasure import erase_user, erasure_job_create
 from .models import CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal
@@ -69,7 +70,7 @@ class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
         return response
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("signals_app.change_signal")
+        return request.user.has_perm(CHANGE_SIGNALS)
 
     @admin.action(description="Retry the selected failed signals", permissions=["retry"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[Signal]) -> None:

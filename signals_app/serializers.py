@@ -11,8 +11,8 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
-from community.serializers import status_payload
-from tidalproject.api import UserIdField
+from community.display import status_payload
+from community.fields import UserIdField
 
 from .erasure import ErasureReceipt
 from .models import ErasureJob, ErasureJobUser, GatedReason, Outcome, Signal

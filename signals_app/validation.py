@@ -13,9 +13,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from rest_framework.exceptions import ValidationError
-
-from tidalproject.api import parse_user_id
+from community.ids import parse_user_id
 
 MAX_BATCH = 1000
 MAX_ABS_WEIGHT = 1e9
@@ -27,6 +25,17 @@ _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _FIELDS = frozenset({"user_id", "item_id", "kind", "weight", "occurred_at", "idempotency_key"})
 _REQUIRED = ("user_id", "item_id", "kind")
+
+
+class SignalBatchInvalid(ValueError):
+    """A batch that breaks the rules; ``detail`` names every bad field (the API's 400 body).
+
+    Not DRF's ValidationError: the services import this module, and they never import DRF.
+    """
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 class SignalIn(NamedTuple):
@@ -110,22 +119,22 @@ _KEY_REQUIRED = (
 
 
 def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta, require_keys: bool = False) -> list[SignalIn]:
-    """Validate ``{"signals": [...]}``; raise ``ValidationError`` naming every bad field.
+    """Validate ``{"signals": [...]}``; raise ``SignalBatchInvalid`` naming every bad field.
     With ``require_keys``, every signal needs an idempotency key."""
     if not isinstance(data, dict):
-        raise ValidationError({"non_field_errors": ["Expected an object with a 'signals' list."]})
+        raise SignalBatchInvalid({"non_field_errors": ["Expected an object with a 'signals' list."]})
     unknown = data.keys() - {"signals"}
     if unknown:
-        raise ValidationError({name: ["Unknown field."] for name in sorted(unknown)})
+        raise SignalBatchInvalid({name: ["Unknown field."] for name in sorted(unknown)})
     if "signals" not in data:
-        raise ValidationError({"signals": ["This field is required."]})
+        raise SignalBatchInvalid({"signals": ["This field is required."]})
     items = data["signals"]
     if not isinstance(items, list):
-        raise ValidationError({"signals": [f"Expected a list of signals but got {type(items).__name__}."]})
+        raise SignalBatchInvalid({"signals": [f"Expected a list of signals but got {type(items).__name__}."]})
     if not items:
-        raise ValidationError({"signals": ["This list may not be empty."]})
+        raise SignalBatchInvalid({"signals": ["This list may not be empty."]})
     if len(items) > MAX_BATCH:
-        raise ValidationError({"signals": [f"Ensure this list has no more than {MAX_BATCH} signals."]})
+        raise SignalBatchInvalid({"signals": [f"Ensure this list has no more than {MAX_BATCH} signals."]})
     latest = now + max_skew
     parsed: list[SignalIn] = []
     errors: dict[str, dict[str, list[str]]] = {}
@@ -138,5 +147,5 @@ def parse_signal_batch(data: Any, *, now: datetime, max_skew: timedelta, require
         else:
             parsed.append(signal)
     if errors:
-        raise ValidationError({"signals": errors})
+        raise SignalBatchInvalid({"signals": errors})
     return parsed

@@ -7,20 +7,25 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from community.access import needs, own_user_id_or
 from community.models import ChangeSource
-from community.permissions import ERASE_ANY, ensure_may_act_on
-from community.views import USER_ID_PARAM, parse_path_user_id
-from tidalproject.api import WriteRateThrottle, is_service_account
+from community.permissions import ADD_SIGNALS, ERASE_ANY, READ_ANY_SIGNALS
+from community.serializers import TopItemSerializer, TopItemsSerializer, WindowQuerySerializer
+from community.views import USER_ID_PARAM, CohortViewSet, CommunityViewSet, parse_path_user_id
+from tidalproject.api import WriteRateThrottle
+from tidalproject.roles import is_service_account
 
 from .erasure import erase_user, erasure_job_create
 from .models import ErasureJobUser
-from .selectors import erasure_job_progress, user_recent_signals
+from .selectors import cohort_attribution, community_trending, erasure_job_progress, user_recent_signals
 from .serializers import (
     BulkErasureSerializer,
     ErasureJobSerializer,
@@ -32,23 +37,13 @@ from .serializers import (
     SignalOutSerializer,
 )
 from .services import ingest_signals
-from .validation import parse_signal_batch
-
-ADD_SIGNALS = "signals_app.add_signal"
-READ_ANY_SIGNALS = "signals_app.view_signal"
-
-
-class CanAddSignals(BasePermission):
-    message = f"Posting signals needs the {ADD_SIGNALS} permission."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm(ADD_SIGNALS))
+from .validation import SignalBatchInvalid, parse_signal_batch
 
 
 class SignalIngestView(APIView):
     """Accept a batch of signals: validated whole, stored as pending, processed by the workers."""
 
-    permission_classes = [IsAuthenticated, CanAddSignals]
+    permission_classes = [IsAuthenticated, needs(ADD_SIGNALS, "Posting signals")]
     throttle_classes = [WriteRateThrottle]
 
     @extend_schema(
@@ -57,12 +52,15 @@ class SignalIngestView(APIView):
         summary="Post up to 1,000 signals (all or nothing)",
     )
     def post(self, request: Request) -> Response:
-        signals = parse_signal_batch(
-            request.data,
-            now=timezone.now(),
-            max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS),
-            require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
-        )
+        try:
+            signals = parse_signal_batch(
+                request.data,
+                now=timezone.now(),
+                max_skew=timedelta(seconds=settings.SIGNAL_MAX_CLOCK_SKEW_SECONDS),
+                require_keys=settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS and is_service_account(request.user),
+            )
+        except SignalBatchInvalid as exc:
+            raise ValidationError(exc.detail) from None
         result = ingest_signals(sender=request.user, signals=signals)
         return Response(
             {"accepted": result.accepted, "duplicates": result.duplicates, "suppressed": result.suppressed},
@@ -73,7 +71,7 @@ class SignalIngestView(APIView):
 class UserSignalsView(GenericAPIView[Any]):
     """A user's recent signals, newest first, with what processing did with each."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, own_user_id_or(READ_ANY_SIGNALS)]
     serializer_class = SignalOutSerializer
 
     @extend_schema(
@@ -83,7 +81,6 @@ class UserSignalsView(GenericAPIView[Any]):
     )
     def get(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
-        ensure_may_act_on(request.user, user_id=uid, perm=READ_ANY_SIGNALS)
         page = self.paginate_queryset(user_recent_signals(user_id=uid))
         return self.get_paginated_response(SignalOutSerializer(page, many=True).data)
 
@@ -93,7 +90,7 @@ class EraseView(APIView):
     their stored signals are deleted. A user may erase themselves; operators need their own
     permission (``community.erase_communityleave``)."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, own_user_id_or(ERASE_ANY)]
     throttle_classes = [WriteRateThrottle]
 
     @extend_schema(
@@ -104,18 +101,11 @@ class EraseView(APIView):
     )
     def post(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
-        ensure_may_act_on(request.user, user_id=uid, perm=ERASE_ANY)
         receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
         return Response(ErasureReceiptSerializer(receipt).data)
 
 
-class CanEraseAnyone(BasePermission):
-    message = f"Bulk erasure needs the {ERASE_ANY} permission."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.has_perm(ERASE_ANY))
-
-
+CanEraseAnyone = needs(ERASE_ANY, "Bulk erasure")
 JOB_ID_PARAM = OpenApiParameter("job_id", int, OpenApiParameter.PATH, description="The erasure job's id.")
 
 
@@ -158,3 +148,29 @@ class ErasureJobResultsView(GenericAPIView[Any]):
         job = erasure_job_progress(job_id=job_id)
         page = self.paginate_queryset(ErasureJobUser.objects.filter(job=job).order_by("position"))
         return self.get_paginated_response(ErasureJobUserSerializer(page, many=True).data)
+
+
+# Top items read the signals' aggregates, so they are served here, on community's group
+# viewsets (the same URLs: /api/communities/{slug}/trending/, /api/cohorts/{slug}/attribution/).
+
+
+def _top_items(view: CommunityViewSet | CohortViewSet, request: Request, select: Any) -> Response:
+    group = view.get_object()
+    query = WindowQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    items = select(group, **query.validated_data)
+    return Response({"results": TopItemSerializer(items, many=True).data})
+
+
+class CommunityTrendingViewSet(CommunityViewSet):
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
+    @action(detail=True, methods=["get"])
+    def trending(self, request: Request, slug: str) -> Response:
+        return _top_items(self, request, lambda group, **window: community_trending(community=group, **window))
+
+
+class CohortAttributionViewSet(CohortViewSet):
+    @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
+    @action(detail=True, methods=["get"])
+    def attribution(self, request: Request, slug: str) -> Response:
+        return _top_items(self, request, lambda group, **window: cohort_attribution(cohort=group, **window))

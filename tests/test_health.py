@@ -58,6 +58,7 @@ def test_the_worker_task_reports_its_cache(caplog) -> None:
     assert "leave cache report:" in caplog.text
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_worker_health_is_503_without_workers_and_200_with_one(client, settings) -> None:
     from tests.processes import Worker

@@ -1,4 +1,4 @@
-"""API conventions shared by every app: ids, throttling, and the error shape."""
+"""API conventions shared by every app: pagination, throttling, and the error shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
 from redis.exceptions import RedisError
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import SAFE_METHODS
@@ -18,43 +18,9 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from community.membership import MAX_USER_ID
+from tidalproject.roles import is_service_account
 
 logger = logging.getLogger(__name__)
-
-USER_ID_RULE = "Must be an integer from 0 to 9223372036854775807."
-
-
-def parse_user_id(data: Any) -> int:
-    """An id from 0 to 2**63-1, given as a JSON integer or a string of ASCII digits.
-
-    Stricter than DRF's IntegerField, which also takes ``true``, ``1.0`` and ``" 1 "``.
-    Raises ``ValueError`` with the message to show.
-    """
-    if isinstance(data, str) and data.isascii() and data.isdigit() and len(data) <= 20:
-        data = int(data)
-    if isinstance(data, bool) or not isinstance(data, int):
-        raise ValueError(USER_ID_RULE)
-    if data < 0:
-        raise ValueError("Must be at least 0.")
-    if data > MAX_USER_ID:
-        raise ValueError("Must be at most 9223372036854775807 (2**63-1).")
-    return data
-
-
-class UserIdField(serializers.IntegerField):
-    """A user (or item) id for serializers, by the rule of ``parse_user_id``."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("min_value", 0)
-        kwargs.setdefault("max_value", MAX_USER_ID)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> int:
-        try:
-            return parse_user_id(data)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc), code="invalid") from None
 
 
 class Pagination(LimitOffsetPagination):
@@ -62,12 +28,6 @@ class Pagination(LimitOffsetPagination):
 
     default_limit = 50
     max_limit = 500
-
-
-def is_service_account(user: Any) -> bool:
-    return bool(
-        user is not None and user.is_authenticated and user.groups.filter(name=settings.SERVICE_ACCOUNT_GROUP).exists()
-    )
 
 
 class WriteRateThrottle(UserRateThrottle):

@@ -4,14 +4,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.views import ObtainToken
-from community.views import (
-    CohortViewSet,
-    CommunityLayerViewSet,
-    CommunityViewSet,
-    LeaveCacheView,
-    WebhookSubscriptionViewSet,
-)
+from community.views import CommunityLayerViewSet, LeaveCacheView, WebhookSubscriptionViewSet
 from signals_app.views import (
+    CohortAttributionViewSet,
+    CommunityTrendingViewSet,
     EraseView,
     ErasureJobDetailView,
     ErasureJobResultsView,
@@ -24,8 +20,8 @@ from tidalproject.metrics import metrics_view
 
 router = DefaultRouter()
 router.register("community-layer", CommunityLayerViewSet, basename="community-layer")
-router.register("communities", CommunityViewSet, basename="community")
-router.register("cohorts", CohortViewSet, basename="cohort")
+router.register("communities", CommunityTrendingViewSet, basename="community")
+router.register("cohorts", CohortAttributionViewSet, basename="cohort")
 router.register("webhooks", WebhookSubscriptionViewSet, basename="webhook")
 
 urlpatterns = [

@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from community.display import rfc3339
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
-from community.serializers import _rfc3339
 from community.services import leave_community_layer, rejoin_community_layer
 from tests.factories import UserFactory
 
@@ -71,8 +71,8 @@ def test_changelist_shows_decoded_status_left_time_and_hex(operator_client, reco
     html = r.content.decode()
     left, active = records[LEFT_ID].membership, records[ACTIVE_ID].membership
     assert left is not None and active is not None
-    assert _rfc3339(left.left_at_ns) in html
-    assert _rfc3339(active.left_at_ns) in html
+    assert rfc3339(left.left_at_ns) in html
+    assert rfc3339(active.left_at_ns) in html
     for record in records.values():
         assert bytes(record.value).hex(" ") in html
     assert "07 07 07 07 07 07 07 07 07" in html

@@ -28,6 +28,7 @@ def _insert_left(count: int) -> None:
             )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_million_row_export_streams_in_constant_memory(operator: object) -> None:
     _insert_left(ROWS)

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rest_framework.exceptions import ValidationError
 
-from signals_app.validation import SignalIn, parse_signal_batch
+from signals_app.validation import SignalBatchInvalid, SignalIn, parse_signal_batch
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SKEW = timedelta(minutes=5)
@@ -28,8 +27,8 @@ def one(**fields: Any) -> SignalIn:
 
 
 def errors(data: Any, **kwargs: Any) -> Any:
-    """The ValidationError's detail as plain JSON data."""
-    with pytest.raises(ValidationError) as exc:
+    """The error's detail as plain JSON data."""
+    with pytest.raises(SignalBatchInvalid) as exc:
         parse(data, **kwargs)
     return json.loads(json.dumps(exc.value.detail))
 
@@ -256,7 +255,7 @@ def test_bad_idempotency_key(value: Any) -> None:
     assert_one_message(item_errors(idempotency_key=value), "idempotency_key")
 
 
-# --- never anything but a list or a ValidationError ------------------------------------------
+# --- never anything but a list or a SignalBatchInvalid ------------------------------------------
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40)
 json_values = st.recursive(
@@ -289,6 +288,6 @@ batches = st.one_of(
 def test_any_json_gives_signals_or_a_validation_error(data: Any) -> None:
     try:
         result = parse(data)
-    except ValidationError:
+    except SignalBatchInvalid:
         return
     assert isinstance(result, list) and all(isinstance(s, SignalIn) for s in result)

@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "accounts",
     "community",
     "signals_app",
+    # Above both: the operators' console reads leave records and signals.
+    "console",
 ]
 
 MIDDLEWARE = [

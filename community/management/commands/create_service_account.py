@@ -4,7 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from community.services import SERVICE_PERMISSIONS, create_service_account
+from community.permissions import SERVICE_PERMISSIONS
+from community.services import create_service_account
 
 
 class Command(BaseCommand):

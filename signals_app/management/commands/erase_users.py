@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from community.ids import parse_user_id
 from community.models import ChangeSource
 from signals_app.erasure import erase_users
-from tidalproject.api import parse_user_id
 
 
 class Command(BaseCommand):

@@ -14,11 +14,12 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from community import admin_views
+from community import forms
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import leave_changes_per_day, leave_record_counts
 from community.services import leave_community_layer, rejoin_community_layer
+from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
 from signals_app.services import process_signals
@@ -338,15 +339,15 @@ def test_user_page_history_is_capped_newest_first(client_) -> None:
         rejoin_community_layer(user_id=9)
     r = client_.get(user_url(9))
     versions = [row["version"] for row in r.context["history"]]
-    assert len(versions) == admin_views.HISTORY_SHOWN == 100
+    assert len(versions) == console_views.HISTORY_SHOWN == 100
     assert versions == sorted(LeaveHistory.objects.filter(user_id=9).values_list("version", flat=True))[-100:][::-1]
     assert "newest 100 of 102" in r.content.decode()
 
 
 def test_user_page_signals_are_capped(client_) -> None:
     sender = UserFactory(perms=["signals_app.add_signal"])
-    ingest(sender, *[sig(8) for _ in range(admin_views.SIGNALS_SHOWN + 5)])
-    assert len(client_.get(user_url(8)).context["signals"]) == admin_views.SIGNALS_SHOWN
+    ingest(sender, *[sig(8) for _ in range(console_views.SIGNALS_SHOWN + 5)])
+    assert len(client_.get(user_url(8)).context["signals"]) == console_views.SIGNALS_SHOWN
 
 
 # --- leave and rejoin from the user page -------------------------------------------------
@@ -409,7 +410,7 @@ def test_bad_tokens_are_named_and_nothing_is_written(client_) -> None:
 def test_many_bad_tokens_are_summarised(client_) -> None:
     r = client_.post(BULK, {"user_ids": " ".join(f"x{i}" for i in range(25))})
     errors = r.context["form"].non_field_errors()
-    assert len(errors) == admin_views.BAD_TOKENS_SHOWN + 1
+    assert len(errors) == forms.BAD_TOKENS_SHOWN + 1
     assert errors[-1] == "… and 5 more bad items."
 
 
@@ -420,7 +421,7 @@ def test_an_empty_list_is_refused(client_, text) -> None:
 
 
 def test_the_cap_is_enforced(client_) -> None:
-    ids = " ".join(str(i) for i in range(admin_views.BULK_MAX_IDS + 1))
+    ids = " ".join(str(i) for i in range(forms.BULK_MAX_IDS + 1))
     r = client_.post(BULK, {"user_ids": ids})
     assert r.context["form"].non_field_errors() == [
         "10,001 distinct ids: at most 10,000 at a time. Split the list and submit it in parts."
@@ -459,7 +460,7 @@ def test_a_bad_token_in_a_file_is_named(client_) -> None:
 def test_a_file_that_is_not_utf8_or_too_large_is_refused(client_) -> None:
     r = client_.post(BULK, {"file": SimpleUploadedFile("ids.txt", b"\xff\xfe1\x00")})
     assert r.context["form"].errors["file"] == ["The file is not UTF-8 text."]
-    big = SimpleUploadedFile("ids.txt", b"1\n" * (admin_views.BULK_MAX_FILE_BYTES // 2 + 1))
+    big = SimpleUploadedFile("ids.txt", b"1\n" * (forms.BULK_MAX_FILE_BYTES // 2 + 1))
     r = client_.post(BULK, {"file": big})
     assert r.context["form"].errors["file"] == ["The file is larger than 1024 KiB."]
     assert written() == ([], 0, 0)
@@ -469,13 +470,13 @@ def test_confirm_makes_them_leave_in_chunks_with_source_admin(client_, console_o
     leave_community_layer(user_id=5)
     version = LeaveClock.objects.get(pk=1).version
     calls: list[int] = []
-    real = admin_views.bulk_leave_community_layer
+    real = console_views.bulk_leave_community_layer
 
     def counting(**kwargs: Any) -> Any:
         calls.append(len(kwargs["user_ids"]))
         return real(**kwargs)
 
-    monkeypatch.setattr(admin_views, "bulk_leave_community_layer", counting)
+    monkeypatch.setattr(console_views, "bulk_leave_community_layer", counting)
     ids = list(range(1, 2501))
     r = client_.post(BULK, {"user_ids": " ".join(map(str, ids)), "confirm": "1"})
     assert r.status_code == 302 and r["Location"] == DASHBOARD
@@ -491,7 +492,7 @@ def test_confirm_makes_them_leave_in_chunks_with_source_admin(client_, console_o
 
 
 def test_a_database_error_midway_says_how_far_it_got(client_, monkeypatch) -> None:
-    real = admin_views.bulk_leave_community_layer
+    real = console_views.bulk_leave_community_layer
     calls: list[int] = []
 
     def failing_second(**kwargs: Any) -> Any:
@@ -500,7 +501,7 @@ def test_a_database_error_midway_says_how_far_it_got(client_, monkeypatch) -> No
             raise DatabaseError("connection lost")
         return real(**kwargs)
 
-    monkeypatch.setattr(admin_views, "bulk_leave_community_layer", failing_second)
+    monkeypatch.setattr(console_views, "bulk_leave_community_layer", failing_second)
     r = client_.post(BULK, {"user_ids": " ".join(str(i) for i in range(1, 1501)), "confirm": "1"})
     assert r.status_code == 200
     assert "The database failed after 1,000 of 1,500 ids" in shown_messages(r)[0]

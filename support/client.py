@@ -1,4 +1,4 @@
-"""A small HTTP client for the drills (standard library only): loopback addresses only."""
+"""A small JSON client for the tests and the drills (standard library only): loopback addresses only."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 class Client:
     def __init__(self, base_url: str, token: str) -> None:
         if urlsplit(base_url).hostname not in LOOPBACK:
-            raise ValueError(f"drills only target loopback addresses, not {base_url}")
+            raise ValueError(f"only loopback addresses are targeted, not {base_url}")
         self.base_url = base_url.rstrip("/")
         self.token = token
 
@@ -25,7 +25,8 @@ class Client:
         """
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.base_url}{path}", data=data, method=method)
-        req.add_header("Authorization", f"Token {self.token}")
+        if self.token:
+            req.add_header("Authorization", f"Token {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
@@ -35,6 +36,13 @@ class Client:
             return error.code, _decode(error.read())
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return 0, None
+
+
+def http(method: str, url: str, *, token: str, body: Any = None) -> tuple[int, Any]:
+    """One request to an absolute loopback URL; returns the status and the decoded body."""
+    parts = urlsplit(url)
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    return Client(f"{parts.scheme}://{parts.netloc}", token).request(method, path, body)
 
 
 def _decode(raw: bytes) -> Any:

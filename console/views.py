@@ -1,6 +1,6 @@
 """The operators' console in the admin: a dashboard, one user's page, and bulk leave.
 
-Mounted by ``CommunityLeaveAdmin.get_urls`` under ``/admin/community/communityleave/console/``
+Mounted by ``console.admin`` under ``/admin/community/communityleave/console/``
 behind ``admin_site.admin_view`` (active staff, else the login page). Each view checks the
 model permission it needs (403 otherwise), reads through selectors and writes through the
 services only, so history and fence come with every change.
@@ -8,12 +8,10 @@ services only, so history and fence come with every change.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
@@ -21,36 +19,36 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils import timezone
 
+from community.admin_links import CONSOLE_USER_URL
+from community.display import STATUS_FILTERS, left_at_text, record_status_label, rfc3339
+from community.exports import csv_export_response
+from community.forms import BULK_MAX_IDS, BulkLeaveForm
+from community.ids import parse_user_id
+from community.models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
+from community.permissions import ERASE_ANY, READ_ANY_SIGNALS
+from community.selectors import (
+    community_layer_history,
+    community_layer_record,
+    leave_changes_per_day,
+    leave_record_counts,
+)
+from community.services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
-from tidalproject.api import parse_user_id
-
-from .exports import csv_export_response
-from .membership import CommunityMembership, MembershipStatus
-from .models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
-from .permissions import ERASE_ANY
-from .selectors import community_layer_history, community_layer_record, leave_changes_per_day, leave_record_counts
-from .serializers import STATUS_FILTERS, _rfc3339
-from .services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
 
-VIEW_SIGNALS = "signals_app.view_signal"
 HISTORY_SHOWN = 100
 SIGNALS_SHOWN = 50
 DAYS_SHOWN = 14
 HOURS_SHOWN = 24
-BULK_MAX_IDS = 10_000
 BULK_CHUNK = 1_000  # one service call (one transaction) per chunk
-BULK_MAX_FILE_BYTES = 1024 * 1024
-BAD_TOKENS_SHOWN = 20
 SAMPLE_SHOWN = 20
 
 URL_DASHBOARD = "admin:community_console"
-URL_USER = "admin:community_console_user"
+URL_USER = CONSOLE_USER_URL
 
 
 # --- shared ------------------------------------------------------------------------------
@@ -67,17 +65,11 @@ def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra:
         "opts": model_admin.opts,
         "title": title,
         "may_change": model_admin.has_change_permission(request),
-        "may_view_signals": request.user.has_perm(VIEW_SIGNALS),
+        "may_view_signals": request.user.has_perm(READ_ANY_SIGNALS),
         # The Erase button leads to signals_app's admin (erasure touches signals).
         "may_erase": request.user.is_staff and request.user.has_perm(ERASE_ANY),
         **extra,
     }
-
-
-def _status_label(record: CommunityMembership | None) -> str:
-    if record is None:
-        return "corrupt"
-    return "left" if record.status == MembershipStatus.LEFT else "active"
 
 
 def _user_id_or_message(request: HttpRequest, raw: str) -> int | None:
@@ -199,8 +191,8 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
         {
             "version": entry.version,
             "action": entry.action,
-            "status": _status_label(entry.membership),
-            "left_at": _left_at(entry.membership),
+            "status": record_status_label(entry.membership),
+            "left_at": left_at_text(entry.membership),
             "actor": entry.actor_label or "-",
             "source": entry.get_source_display(),
             "at": entry.at,
@@ -208,12 +200,6 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
         }
         for entry in entries
     ]
-
-
-def _left_at(record: CommunityMembership | None) -> str:
-    if record is None:
-        return "unreadable"
-    return _rfc3339(record.left_at_ns) or "-"
 
 
 def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) -> HttpResponse:
@@ -229,9 +215,9 @@ def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) ->
         model_admin,
         f"User {uid}",
         user_id=uid,
-        status="corrupt" if stored.status.corrupt else _status_label(record),
+        status="corrupt" if stored.status.corrupt else record_status_label(record),
         corrupt=stored.status.corrupt,
-        left_at=_rfc3339(record.left_at_ns) or "-",
+        left_at=rfc3339(record.left_at_ns) or "-",
         raw=stored.raw.hex(" ") if stored.raw is not None else None,
         history=_history_rows(history[:HISTORY_SHOWN]),
         history_total=history.count(),
@@ -261,10 +247,12 @@ def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, mod
             messages.error(request, f"The reason is {len(reason)} characters; at most {MAX_REASON_LENGTH}.")
             return redirect(request.path)
         change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN, reason=reason)
-        messages.success(request, f"User {uid} is now {_status_label(change.membership)} (version {change.version}).")
+        messages.success(
+            request, f"User {uid} is now {record_status_label(change.membership)} (version {change.version})."
+        )
         return redirect(URL_USER, user_id=uid)
     stored = community_layer_record(user_id=uid)
-    status = "corrupt" if stored.status.corrupt else _status_label(stored.status.membership)
+    status = "corrupt" if stored.status.corrupt else record_status_label(stored.status.membership)
     context = _context(
         request,
         model_admin,
@@ -278,90 +266,6 @@ def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, mod
 
 
 # --- bulk leave --------------------------------------------------------------------------
-
-_SEPARATORS = re.compile(r"[\s,;]+")
-
-
-@dataclass(frozen=True)
-class BadToken:
-    source: str
-    position: int
-    token: str
-    problem: str
-
-    def __str__(self) -> str:
-        shown = self.token if len(self.token) <= 40 else f"{self.token[:40]}…"
-        return f"{shown!r} ({self.source}, item {self.position}): {self.problem}"
-
-
-def parse_id_list(text: str, *, source: str) -> tuple[list[int], list[BadToken]]:
-    """Ids separated by whitespace, commas or semicolons, by the API's id rule.
-
-    Surrounding double quotes are dropped (spreadsheet CSV) and a first item ``user_id``
-    is taken for a CSV header. Duplicates count once.
-    """
-    tokens = [token.strip('"') for token in _SEPARATORS.split(text) if token]
-    if tokens and tokens[0].lower() == "user_id":
-        tokens = tokens[1:]
-    ids: dict[int, None] = {}
-    bad: list[BadToken] = []
-    for position, token in enumerate(tokens, start=1):
-        try:
-            ids[parse_user_id(token)] = None
-        except ValueError as exc:
-            bad.append(BadToken(source, position, token, str(exc)))
-    return list(ids), bad
-
-
-class BulkLeaveForm(forms.Form):
-    user_ids = forms.CharField(
-        label="User ids",
-        required=False,
-        strip=False,
-        max_length=2 * BULK_MAX_FILE_BYTES,
-        widget=forms.Textarea(attrs={"rows": 12, "cols": 60, "placeholder": "12, 13, 14 …"}),
-        help_text="Separated by spaces, commas or new lines.",
-    )
-    file = forms.FileField(
-        label="or a file",
-        required=False,
-        help_text=f"Plain text or CSV (UTF-8), at most {BULK_MAX_FILE_BYTES // 1024} KiB; a header user_id is skipped.",
-    )
-
-    def clean_file(self) -> str:
-        upload = self.cleaned_data.get("file")
-        if not upload:
-            return ""
-        if upload.size is not None and upload.size > BULK_MAX_FILE_BYTES:
-            raise forms.ValidationError(f"The file is larger than {BULK_MAX_FILE_BYTES // 1024} KiB.")
-        try:
-            return str(upload.read().decode("utf-8-sig"))
-        except UnicodeDecodeError:
-            raise forms.ValidationError("The file is not UTF-8 text.") from None
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        if self.errors:
-            return cleaned
-        ids: dict[int, None] = {}
-        bad: list[BadToken] = []
-        for source, text in (("pasted", cleaned.get("user_ids", "")), ("file", cleaned.get("file", ""))):
-            source_ids, source_bad = parse_id_list(text, source=source)
-            ids.update(dict.fromkeys(source_ids))
-            bad.extend(source_bad)
-        if bad:
-            errors = [f"Not a user id: {token}" for token in bad[:BAD_TOKENS_SHOWN]]
-            if len(bad) > BAD_TOKENS_SHOWN:
-                errors.append(f"… and {len(bad) - BAD_TOKENS_SHOWN} more bad items.")
-            raise forms.ValidationError(errors)
-        if not ids:
-            raise forms.ValidationError("Paste or upload at least one user id.")
-        if len(ids) > BULK_MAX_IDS:
-            raise forms.ValidationError(
-                f"{len(ids):,} distinct ids: at most {BULK_MAX_IDS:,} at a time. Split the list and submit it in parts."
-            )
-        cleaned["ids"] = list(ids)
-        return cleaned
 
 
 def _bulk_leave_in_chunks(request: HttpRequest, ids: list[int]) -> int:
@@ -407,10 +311,6 @@ def bulk_leave(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse
         carried=" ".join(map(str, ids)),
     )
     return TemplateResponse(request, "admin/community/console/bulk_leave_confirm.html", confirm)
-
-
-def user_page_url(user_id: int) -> str:
-    return reverse(URL_USER, kwargs={"user_id": user_id})
 
 
 # --- export ------------------------------------------------------------------------------

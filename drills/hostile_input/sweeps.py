@@ -1,0 +1,321 @@
+"""Hostile input, parts 2 and 3: the authorization sweep (four identities on every operation)
+and the bad bodies and path parameters; nothing written by a refused or bad request."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from drills.deployment import Deployment
+from drills.hostile_input.common import PUBLIC_PAGES, TOKEN_LOGIN, Answer, HostileInputResult, Operation, exchange
+from drills.hostile_input.tracebacks import traceback_for, traceback_summary
+
+# What a plain account may use besides its own user id (everything else is refused).
+PLAIN_ALLOWED = {
+    ("GET", "/api/communities/"),
+    ("GET", "/api/communities/{slug}/"),
+    ("GET", "/api/communities/{slug}/trending/"),
+}
+
+
+DENIED = {400, 403, 404, 405}
+
+
+# Tables a refused or malformed request must not change.
+WATCHED = {
+    "signals": "SELECT count(*) FROM signals_app_signal",
+    "leave records": "SELECT count(*) FROM community_communityleave WHERE user_id <> %(own)s",
+    "leave history": "SELECT count(*) FROM community_leavehistory WHERE user_id <> %(own)s",
+    "communities": "SELECT count(*) FROM community_community",
+    "cohorts": "SELECT count(*) FROM community_cohort",
+    "community members": "SELECT count(*) FROM community_communitymember",
+    "cohort members": "SELECT count(*) FROM community_cohortmember",
+}
+
+
+NEVER_LEFT = 7_700_000_001  # a user id with no leave record: rejoining it changes nothing
+
+
+FRESH = 7_800_000_000  # user ids above this are used once each, so that any write shows
+
+
+MAKE_ACCOUNTS = """
+import json
+from django.contrib.auth import get_user_model
+from accounts.services import token_issue
+accounts = {}
+for name in ("hostile-plain", "hostile-other"):
+    user, _ = get_user_model().objects.get_or_create(username=name)
+    accounts[name] = [user.pk, token_issue(user=user)[1]]
+print(json.dumps(accounts))
+"""
+
+
+@dataclass
+class Fixture:
+    """What the sweeps act on: two plain accounts, a community and a cohort."""
+
+    plain_id: int
+    plain_token: str
+    other_id: int  # the plain account's victim: left, a member, with a signal
+    community: str
+    cohort: str
+    fresh: Iterator[int]
+
+    def fill(self, template: str, *, user_id: int) -> str:
+        path = template.replace("{user_id}", str(user_id))
+        path = path.replace("{slug}", self.cohort if template.startswith("/api/cohorts/") else self.community)
+        return re.sub(r"\{[^}]+\}", "1", path)
+
+    def valid_body(self, op: Operation, tag: str) -> dict[str, Any]:
+        """A body the operation would accept, acting on ids no other request uses."""
+        if op.method == "DELETE" and op.path.endswith("/members/"):
+            return {"user_ids": [self.other_id]}  # a member: a removal would show
+        if op.path.endswith("/members/") or op.path.endswith("/bulk-leave/"):
+            return {"user_ids": [next(self.fresh)]}
+        if op.path == "/api/signals/":
+            key = f"hostile-{tag}-{secrets.token_hex(6)}"
+            return {"signals": [{"user_id": next(self.fresh), "item_id": 1, "kind": "like", "idempotency_key": key}]}
+        if op.path in ("/api/communities/", "/api/cohorts/"):
+            slug = f"hostile-{tag}-{secrets.token_hex(4)}"
+            return {"slug": slug, "name": slug}
+        if (op.method, op.path) == TOKEN_LOGIN:
+            return {"username": "hostile-nobody", "password": secrets.token_hex(8)}
+        return {}
+
+
+def make_fixture(dep: Deployment) -> Fixture:
+    accounts = json.loads(dep.manage("shell", "-c", MAKE_ACCOUNTS).strip().splitlines()[-1])
+    (plain_id, plain_token), (other_id, _) = accounts["hostile-plain"], accounts["hostile-other"]
+    service = {"Authorization": f"Token {dep.token}", "Content-Type": "application/json"}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    signal = {"user_id": other_id, "item_id": 1, "kind": "like", "occurred_at": now}
+    community, cohort = f"hostile-community-{secrets.token_hex(3)}", f"hostile-cohort-{secrets.token_hex(3)}"
+    for method, path, body in [
+        ("POST", "/api/communities/", {"slug": community, "name": community}),
+        ("POST", "/api/cohorts/", {"slug": cohort, "name": cohort}),
+        ("POST", f"/api/communities/{community}/members/", {"user_ids": [other_id]}),
+        ("POST", f"/api/cohorts/{cohort}/members/", {"user_ids": [other_id]}),
+        ("POST", "/api/signals/", {"signals": [signal]}),
+        ("POST", f"/api/community-layer/{other_id}/leave/", None),
+    ]:
+        data = None if body is None else json.dumps(body).encode()
+        answer = exchange(dep.url, method, path, headers=service, body=data)
+        if answer.status not in (200, 201, 202):
+            raise RuntimeError(f"set-up {method} {path} answered {answer.status}: {answer.snippet()}")
+    fresh = iter(range(FRESH + secrets.randbelow(10**9), 2**63))
+    return Fixture(plain_id, plain_token, other_id, community, cohort, fresh)
+
+
+def watched_counts(dep: Deployment, *, own: int) -> dict[str, int]:
+    query = "SELECT " + ", ".join(f"({sql})" for sql in WATCHED.values())
+    row = dep.sql(query, {"own": own})[0]
+    return dict(zip(WATCHED, row, strict=True))
+
+
+def changed(before: dict[str, int], after: dict[str, int]) -> str:
+    return ", ".join(f"{name} {before[name]}->{after[name]}" for name in before if before[name] != after[name])
+
+
+@dataclass
+class Probe:
+    case: str  # who sent it (the sweep) or which bad body
+    method: str
+    path: str
+    answer: Answer
+    problem: str = ""
+    template: str = ""  # the operation's path as in the schema
+
+
+def authorization_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[Probe]:
+    identities = {
+        "anonymous": {},
+        "unknown token": {"Authorization": f"Token {secrets.token_hex(20)}"},
+        "plain user": {"Authorization": f"Token {fx.plain_token}"},
+        "service account": {"Authorization": f"Token {dep.token}"},
+    }
+    public = [Operation(m, p, False) for m, p in PUBLIC_PAGES]
+    probes: list[Probe] = []
+    for identity, auth in identities.items():
+        # Refused calls by these identities must write nothing (the plain user's own id aside).
+        before = watched_counts(dep, own=fx.plain_id)
+        for op in [*public, *ops]:
+            targets = [fx.other_id]
+            if identity == "plain user" and "{user_id}" in op.path:
+                targets = [fx.plain_id, fx.other_id]
+            for user_id in targets:
+                headers = dict(auth)
+                body = None
+                if op.has_body:
+                    headers["Content-Type"] = "application/json"
+                    body = json.dumps(fx.valid_body(op, identity.replace(" ", "-"))).encode()
+                path = fx.fill(op.path, user_id=user_id)
+                answer = exchange(dep.url, op.method, path, headers=headers, body=body)
+                problem = judge(identity, op, user_id == fx.plain_id, answer)
+                probes.append(Probe(identity, op.method, path, answer, problem, op.path))
+        if identity != "service account":
+            after = watched_counts(dep, own=fx.plain_id)
+            if after != before:
+                wrote = f"refused calls wrote rows: {changed(before, after)}"
+                probes.append(Probe(identity, "-", "-", Answer(0, b"", 0.0), wrote))
+    return probes
+
+
+def judge(identity: str, op: Operation, own: bool, answer: Answer) -> str:
+    """Why this answer is wrong for this identity, or "" if it is right."""
+    key, status = (op.method, op.path), answer.status
+    if status == 0 or answer.hung:
+        return f"no answer ({answer.error})"
+    if status >= 500:
+        return f"server error {status}"
+    if identity == "service account":
+        return ""
+    if key in PUBLIC_PAGES:
+        if identity == "anonymous" and status != 200:
+            return f"public page answered {status}, expected 200"
+        return "" if status in (200, 401) else f"public page answered {status}"
+    if key == TOKEN_LOGIN:
+        return "" if status in (400, 401, 429) else f"log-in with a wrong password answered {status}"
+    if identity in ("anonymous", "unknown token"):
+        return "" if status == 401 else f"expected 401, got {status}"
+    # The plain user.
+    if own:
+        return "" if 200 <= status < 300 else f"own user id refused with {status}"
+    if key in PLAIN_ALLOWED:
+        return "" if status == 200 else f"expected 200, got {status}"
+    if 200 <= status < 300:
+        what = "another user's id" if "{user_id}" in op.path else "an operators' endpoint"
+        return f"{status} on {what}: must be refused"
+    return "" if status in DENIED else f"expected 403 (or 400/404), got {status}"
+
+
+def bad_bodies(fx: Fixture, op: Operation) -> dict[str, tuple[str, bytes, int | None]]:
+    """name -> (content type, body, Content-Length to claim or None for the real one)."""
+    valid = json.dumps(fx.valid_body(op, "bad")).encode()
+    padded = valid[:-1] + b" " * (3 * 1024 * 1024) + valid[-1:]  # valid JSON, 3 MB
+    return {
+        "3 MB": ("application/json", padded, None),
+        "not JSON": ("application/json", b"\xff\xfe{not: json,,", None),
+        "JSON array": ("application/json", b"[1, 2, 3]", None),
+        "nested 10,000 deep": ("application/json", b"[" * 10_000 + b"]" * 10_000, None),
+        "100 MB Content-Length": ("application/json", json.dumps(fx.valid_body(op, "lie")).encode(), 100 * 2**20),
+        "JSON as text/plain": ("text/plain", json.dumps(fx.valid_body(op, "plain")).encode(), None),
+    }
+
+
+def bad_body_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[Probe]:
+    probes = []
+    for op in ops:
+        if not op.has_body:
+            continue
+        # Leave and rejoin take no body: aim them at users for whom they change nothing
+        # (the victim has left; NEVER_LEFT is active), so that any write shows.
+        user_id = NEVER_LEFT if op.path.endswith("/rejoin/") else fx.other_id
+        path = fx.fill(op.path, user_id=user_id)
+        for name, (content_type, body, claimed) in bad_bodies(fx, op).items():
+            before = watched_counts(dep, own=-1)
+            headers = {"Authorization": f"Token {dep.token}", "Content-Type": content_type}
+            answer = exchange(dep.url, op.method, path, headers=headers, body=body, content_length=claimed)
+            after = watched_counts(dep, own=-1)
+            probes.append(Probe(name, op.method, path, answer, problems(answer, before, after), op.path))
+    return probes
+
+
+# Path parameters ({user_id}, {slug}) as they appear in the URL, percent-encoded.
+BAD_PATH_VALUES = {
+    "NUL byte": "a%00b",
+    "invalid UTF-8": "%FF%FE",
+    "encoded slashes": "..%2F..%2Fx",
+    "control characters": "%01%1B%7F",
+    "3,000 characters": "x" * 3000,
+}
+
+
+def bad_path_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[Probe]:
+    """Every operation with a path parameter, with hostile values for it and a valid body."""
+    probes = []
+    for op in ops:
+        if "{" not in op.path:
+            continue
+        for name, value in BAD_PATH_VALUES.items():
+            path = re.sub(r"\{[^}]+\}", value, op.path)
+            headers = {"Authorization": f"Token {dep.token}"}
+            body = None
+            if op.has_body:
+                headers["Content-Type"] = "application/json"
+                body = json.dumps(fx.valid_body(op, "path")).encode()
+            before = watched_counts(dep, own=-1)
+            answer = exchange(dep.url, op.method, path, headers=headers, body=body)
+            after = watched_counts(dep, own=-1)
+            probes.append(Probe(name, op.method, path, answer, problems(answer, before, after), op.path))
+    return probes
+
+
+def problems(answer: Answer, before: dict[str, int], after: dict[str, int]) -> str:
+    """What is wrong with the answer to a malformed request: a 5xx, no answer, a write."""
+    found = []
+    if answer.status == 0 or answer.hung:
+        found.append(f"no answer ({answer.error})")
+    elif answer.status >= 500:
+        found.append(f"server error {answer.status}")
+    if after != before:
+        found.append(f"wrote rows ({changed(before, after)}) with answer {answer.status}")
+    return "; ".join(found)
+
+
+def statuses(probes: list[Probe]) -> dict[str, dict[int, int]]:
+    """Answers counted by status, for each identity (or kind of bad body)."""
+    counts: dict[str, Counter[int]] = defaultdict(Counter)
+    for probe in probes:
+        if probe.method != "-":
+            counts[probe.case][probe.answer.status] += 1
+    return {name: dict(sorted(c.items())) for name, c in counts.items()}
+
+
+def summarise_sweeps(
+    result: HostileInputResult,
+    ops: list[Operation],
+    authz: list[Probe],
+    bad: list[Probe],
+    paths: list[Probe],
+    tracebacks: dict[str, list[str]],
+) -> None:
+    result.authz_requests = sum(1 for p in authz if p.method != "-")
+    result.authz_statuses = statuses(authz)
+    result.bad_body_requests = len(bad)
+    result.bad_body_statuses = statuses(bad)
+    result.bad_path_requests = len(paths)
+    result.bad_path_statuses = statuses(paths)
+    result.undocumented_in_sweeps = undocumented(ops, [*authz, *bad, *paths])
+    swept = ((authz, result.authz_violations), (bad, result.bad_body_violations), (paths, result.bad_path_violations))
+    for probes, out in swept:
+        for probe in probes:
+            result.throttled += probe.answer.status == 429
+            if not probe.problem:
+                continue
+            line = f"{probe.case}: {probe.method} {probe.path} -> {probe.problem}"
+            if probe.answer.status >= 500:
+                traceback = traceback_for(tracebacks, probe.path)
+                line += f": {traceback_summary(traceback)}" if traceback else ": no traceback found"
+            elif probe.method != "-" and probe.answer.status:
+                line += f": {probe.answer.snippet(120)!r}"
+            out.append(line)
+
+
+def undocumented(ops: list[Operation], probes: list[Probe]) -> dict[str, list[int]]:
+    """Operation -> statuses the sweeps got that the schema does not declare."""
+    by_label = {op.label: op for op in ops}
+    found: dict[str, set[int]] = defaultdict(set)
+    for probe in probes:
+        if probe.case == "encoded slashes":
+            continue  # the decoded slashes make another path: the operation never sees it
+        op, status = by_label.get(f"{probe.method} {probe.template}"), probe.answer.status
+        if op and status and not {"default", str(status)} & op.documented:
+            found[op.label].add(status)
+    return {label: sorted(statuses) for label, statuses in sorted(found.items())}

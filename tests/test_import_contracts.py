@@ -1,0 +1,36 @@
+"""The import contracts (pyproject.toml, `make lint`) hold, and they catch a new import against
+the arrows: community importing signals_app fails the lint."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import PROJECT_DIR
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+PACKAGES = ["tidalproject", "accounts", "community", "signals_app", "console", "support"]
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_contracts_are_kept() -> None:
+    result = _lint_imports(PROJECT_DIR)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_community_importing_signals_app_breaks_the_layers(tmp_path: Path) -> None:
+    shutil.copy(PROJECT_DIR / "pyproject.toml", tmp_path)
+    for package in PACKAGES:
+        shutil.copytree(PROJECT_DIR / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    selectors = tmp_path / "community" / "selectors.py"
+    selectors.write_text(selectors.read_text() + "\nfrom signals_app.models import Signal  # noqa\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "community.selectors -> signals_app.models" in result.stdout
