@@ -54,6 +54,7 @@ from .serializers import (
     MembershipChangeSerializer,
     MembersSerializer,
     StatusListQuerySerializer,
+    StatusPageSerializer,
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
 )
@@ -213,7 +214,7 @@ class CommunityLayerViewSet(ActionPermissions, viewsets.GenericViewSet[Any]):
 
     @extend_schema(
         parameters=[StatusListQuerySerializer, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
-        responses=LayerStatusSerializer(many=True),
+        responses=StatusPageSerializer,
         summary="Stored records by status, in user id order, cursor-paginated (operators)",
     )
     def list(self, request: Request) -> Response:
