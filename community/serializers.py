@@ -338,11 +338,3 @@ class WebhookDeliverySerializer(serializers.ModelSerializer[WebhookDelivery]):
             "started_at",
             "duration_ms",
         ]
-
-
-class StatusPageSerializer(serializers.Serializer[Any]):
-    """A cursor page of records: no count (cursor pagination never counts the table)."""
-
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = LayerStatusSerializer(many=True)

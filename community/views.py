@@ -10,13 +10,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import CursorPagination
+from rest_framework.pagination import BasePagination, CursorPagination
 from rest_framework.permissions import DjangoModelPermissions, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from tidalproject.api import WriteRateThrottle
+from tidalproject.api import Pagination, WriteRateThrottle
 
 from .access import ActionPermissions, MayChangeMembers, needs, own_user_id_or
 from .display import change_payload, record_status_payload
@@ -54,7 +54,6 @@ from .serializers import (
     MembershipChangeSerializer,
     MembersSerializer,
     StatusListQuerySerializer,
-    StatusPageSerializer,
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
 )
@@ -117,6 +116,12 @@ class CommunityLayerViewSet(ActionPermissions, viewsets.GenericViewSet[Any]):
     """
 
     permission_classes = [IsAuthenticated]
+
+    @property
+    def pagination_class(self) -> type[BasePagination]:  # type: ignore[override]
+        # The list of records is cursor-paginated (no count of a big table); the rest, as set.
+        return StatusCursorPagination if getattr(self, "action", None) == "list" else Pagination
+
     action_permissions = {
         "retrieve": [own_user_id_or(READ_ANY)],
         "history": [own_user_id_or(READ_ANY)],
@@ -214,14 +219,13 @@ class CommunityLayerViewSet(ActionPermissions, viewsets.GenericViewSet[Any]):
 
     @extend_schema(
         parameters=[StatusListQuerySerializer, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
-        responses=StatusPageSerializer,
+        responses=LayerStatusSerializer(many=True),
         summary="Stored records by status, in user id order, cursor-paginated (operators)",
     )
     def list(self, request: Request) -> Response:
         status = self._status_filter(request)
-        paginator = StatusCursorPagination()
-        page = paginator.paginate_queryset(community_layer_records(status=status), request, view=self)
-        return paginator.get_paginated_response([record_status_payload(r.user_id, r.value) for r in page or []])
+        page = self.paginate_queryset(community_layer_records(status=status))
+        return self.get_paginated_response([record_status_payload(r.user_id, r.value) for r in page or []])
 
     @extend_schema(
         parameters=[StatusListQuerySerializer],
