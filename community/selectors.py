@@ -11,6 +11,8 @@ from django.db.models import Count, QuerySet
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from tidalproject.paging import EXACT_BELOW, estimated_rows
+
 from .cache import CORRUPT
 from .membership import CommunityMembership, MembershipStatus, default_active, deserialize_membership
 from .models import ChangeAction, CommunityLeave, LeaveClock, LeaveHistory, RecordStatus
@@ -71,6 +73,8 @@ class LeaveRecordCounts(NamedTuple):
     active: int
     left: int
     corrupt: int
+    # True where ``left`` is the table's estimated size less the exact active and corrupt counts.
+    estimated: bool = False
 
     @property
     def left_now(self) -> int:
@@ -79,7 +83,20 @@ class LeaveRecordCounts(NamedTuple):
 
 
 def leave_record_counts() -> LeaveRecordCounts:
-    """Stored records by status, decoded by the database (one grouped query, no row fetched)."""
+    """Stored records by status, decoded by the database.
+
+    Up to ``EXACT_BELOW`` records (or where there is no estimate): one grouped query. Past it,
+    the active (rejoined) and corrupt records are counted on the status index and ``left`` is
+    the rest of the planner's estimate of the table: a grouped count would read every record.
+    """
+    total = estimated_rows(CommunityLeave)
+    if total is not None and total >= EXACT_BELOW:
+        by_code = {
+            code: CommunityLeave.objects.alias(record_status=RecordStatus("value")).filter(record_status=code).count()
+            for code in (MembershipStatus.ACTIVE, CORRUPT)
+        }
+        active, corrupt = by_code[MembershipStatus.ACTIVE], by_code[CORRUPT]
+        return LeaveRecordCounts(active=active, left=max(total - active - corrupt, 0), corrupt=corrupt, estimated=True)
     rows = (
         CommunityLeave.objects.annotate(record_status=RecordStatus("value"))
         .values("record_status")
@@ -112,7 +129,7 @@ def leave_changes_per_day(*, days: int = 14, now: datetime | None = None) -> lis
         LeaveHistory.objects.filter(at__gte=since)
         .annotate(day=TruncDate("at"))
         .values("day", "action")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("*"))  # read from the (at, action) index alone
         .order_by()
     )
     counts = {(row["day"], row["action"]): row["n"] for row in rows}
