@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib.admin import ShowFacets, SimpleListFilter
 from django.core.paginator import Paginator
@@ -98,9 +98,9 @@ class BigTableAdminMixin:
     """For the changelists of tables with millions of rows: estimated or capped counts, no
     total count beside a filtered one, no per-choice facet counts (each a count of the table)."""
 
-    paginator = EstimatedCountPaginator
-    show_full_result_count = False
-    show_facets = ShowFacets.NEVER
+    paginator: ClassVar[type] = EstimatedCountPaginator
+    show_full_result_count: ClassVar[bool] = False
+    show_facets: ClassVar[ShowFacets] = ShowFacets.NEVER
 
 
 class RecentFilter(SimpleListFilter):
