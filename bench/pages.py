@@ -108,6 +108,7 @@ class Context:
     users: int  # signals' users are 1..users; even ids have a record and history
     heavy_users: int
     signals: int
+    history: int
     communities: int
     cohorts: int
     now: datetime
@@ -189,6 +190,7 @@ PAGES = [
     Page("admin: leave records, search by user id", "session", lambda i, r, c: f"{RECORDS}?q={_user(i, r, c)}"),
     Page("admin: a leave record", "session", lambda i, r, c: f"{RECORDS}{_user(i, r, c)}/change/"),
     Page("admin: history", "session", lambda i, r, c: HISTORY),
+    Page("admin: a history entry", "session", lambda i, r, c: f"{HISTORY}{r.randint(1, c.history)}/change/"),
     Page(
         "admin: history by action or source",
         "session",
@@ -224,6 +226,7 @@ PAGES = [
     ),
     Page("console: dashboard", "session", lambda i, r, c: f"{CONSOLE}/"),
     Page("console: a user's page", "session", lambda i, r, c: f"{CONSOLE}/user/{_user(i, r, c)}/"),
+    Page("console: bulk leave form", "session", lambda i, r, c: f"{CONSOLE}/bulk-leave/"),
     Page("API: status", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/"),
     Page("API: a user's history", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/history/"),
     Page("API: a user's signals", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/signals/"),
@@ -471,6 +474,7 @@ def main(argv: list[str]) -> int:
             users=sizes.users,
             heavy_users=sizes.heavy_users,
             signals=args.signals,
+            history=args.history,
             communities=sizes.communities,
             cohorts=sizes.cohorts,
             now=now,
