@@ -322,10 +322,12 @@ class Plans:
     statuses: set[int] = field(default_factory=set)
 
 
-def _walk(node: dict[str, Any]) -> Any:
-    yield node
+def _walk(node: dict[str, Any], relation: str | None = None) -> Any:
+    """Every node with the table it reads (a bitmap index scan's is its bitmap heap scan's)."""
+    relation = node.get("Relation Name", relation)
+    yield node, relation
     for child in node.get("Plans", []):
-        yield from _walk(child)
+        yield from _walk(child, relation)
 
 
 def explain_pages(ctx: Context, admin_user: Any, token: str, big_tables: tuple[str, ...]) -> dict[str, Plans]:
@@ -363,14 +365,13 @@ def explain_pages(ctx: Context, admin_user: Any, token: str, big_tables: tuple[s
                         import json
 
                         plan = json.loads(plan)
-                    for node in _walk(plan[0]["Plan"]):
-                        relation = node.get("Relation Name")
+                    for node, relation in _walk(plan[0]["Plan"]):
                         if node["Node Type"] == "Seq Scan":
                             if relation in big_tables:
                                 plans.seq_scans.append(f"{relation} ({path}): {' '.join(sql.split())[:300]}")
                             elif relation:
                                 plans.other_seq.add(relation)
-                        elif "Index Name" in node and (relation in big_tables or relation is None):
+                        elif "Index Name" in node and relation in big_tables:
                             plans.index_scans.add(f"{node['Node Type']} {node['Index Name']}")
         plans.queries //= EXPLAINED_PER_PAGE
     return found

@@ -187,3 +187,12 @@ def test_big_lists_have_no_date_hierarchy_and_no_facets(superuser, url) -> None:
     assert r.status_code == 200
     assert r.context["cl"].date_hierarchy is None
     assert not r.context["cl"].add_facets
+
+
+def test_action_checkbox_is_the_stock_markup() -> None:
+    from django.contrib import admin
+
+    add_records(7, 1)
+    record = CommunityLeave.objects.get(pk=7)
+    model_admin = admin.site._registry[CommunityLeave]
+    assert model_admin.action_checkbox(record) == admin.ModelAdmin.action_checkbox(model_admin, record)

@@ -22,12 +22,16 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, ClassVar
 
-from django.contrib.admin import ShowFacets, SimpleListFilter
+from django.contrib.admin import ShowFacets, SimpleListFilter, display
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
 
 # Below this many rows (estimated), counting exactly is cheap: count exactly.
 EXACT_BELOW = 100_000
@@ -101,6 +105,18 @@ class BigTableAdminMixin:
     paginator: ClassVar[type] = EstimatedCountPaginator
     show_full_result_count: ClassVar[bool] = False
     show_facets: ClassVar[ShowFacets] = ShowFacets.NEVER
+
+    @display(description=mark_safe('<input type="checkbox" id="action-toggle">'))
+    def action_checkbox(self, obj: Any) -> str:
+        """The stock column's markup, written directly: the stock one renders a form widget's
+        template for every row, a third of a 100-row list's time."""
+        label = format_html(gettext("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            label,
+        )
 
 
 class RecentFilter(SimpleListFilter):
