@@ -100,32 +100,30 @@ def outcomes_per_hour(*, hours: int = 24, now: datetime | None = None) -> list[H
     """Signals by outcome per hour, oldest first, the current (partial) hour last.
 
     As in ``outcome_summary``: processed signals count in the hour they were processed,
-    pending ones in the hour they were received. Two grouped queries, on the
-    (outcome, processed_at) index and the partial index of pending signals.
+    pending ones in the hour they were received. Processed ones are counted one hour at a
+    time, each a range of the (outcome, processed_at) index read on its own (an index-only
+    scan, no per-row work): grouping a day of signals by their truncated hour costs about
+    three times as much. Pending ones (few, on the partial index) in one grouped query.
     """
     current = timezone.localtime(now or timezone.now()).replace(minute=0, second=0, microsecond=0)
     first = current - timedelta(hours=hours - 1)
-    counts: dict[tuple[datetime, str], int] = {}
-    processed = (
-        Signal.objects.filter(outcome__in=PROCESSED, processed_at__gte=first)
-        .annotate(hour=TruncHour("processed_at"))
-        .values("hour", "outcome")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in processed:
-        counts[row["hour"], Outcome(row["outcome"]).label] = row["n"]
-    pending = (
+    hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
+    pending_rows = (
         Signal.objects.filter(outcome=Outcome.PENDING, received_at__gte=first)
         .annotate(hour=TruncHour("received_at"))
         .values("hour")
         .annotate(n=Count("*"))
         .order_by()
     )
-    for row in pending:
-        counts[row["hour"], Outcome.PENDING.label] = row["n"]
-    hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
-    return [HourOutcomes(hour, {o.label: counts.get((hour, o.label), 0) for o in Outcome}) for hour in hours_shown]
+    pending = {row["hour"]: row["n"] for row in pending_rows}
+    shown: list[HourOutcomes] = []
+    for hour in hours_shown:
+        counts = Signal.objects.filter(
+            outcome__in=PROCESSED, processed_at__gte=hour, processed_at__lt=hour + timedelta(hours=1)
+        ).aggregate(**{o.label: Count("outcome", filter=Q(outcome=o)) for o in Outcome if o != Outcome.PENDING})
+        counts[Outcome.PENDING.label] = pending.get(hour, 0)
+        shown.append(HourOutcomes(hour, {o.label: counts[o.label] for o in Outcome}))
+    return shown
 
 
 # The most kinds a filter offers.
