@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: install chromium pgbouncer run test test-fast lint bench bench-downstream drills drills-full clean
+.PHONY: install chromium pgbouncer run test test-fast lint bench bench-downstream bench-pages drills drills-full clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -63,6 +63,10 @@ bench: install
 # The change feed, the CSV export of a million rows and webhook latency (BENCHMARKS.md, "Downstream").
 bench-downstream: install
 	$(PY) bench/downstream.py
+
+# The operator pages and read endpoints on 10M signals, 1M records, 5M history rows.
+bench-pages: install
+	$(PY) bench/pages.py
 
 # Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
 # that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.

@@ -8,6 +8,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from tidalproject.paging import BigTableAdminMixin, recent_filter
+
 from .admin_links import user_page_url
 from .cache import CORRUPT
 from .display import left_at_text, record_status_label
@@ -106,13 +108,12 @@ class LeaveAddForm(forms.ModelForm[CommunityLeave]):
 
 
 @admin.register(CommunityLeave)
-class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
+class CommunityLeaveAdmin(UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[CommunityLeave]):
     list_display = ["user_id", "status", "left_at", "raw_value", "user_page"]
     list_filter = [RecordStatusFilter]
     search_fields = ["user_id"]
     readonly_fields = ["user_id", "status", "left_at", "raw_value", "user_page"]
     actions = ["leave_selected", "rejoin_selected"]
-    show_full_result_count = False
 
     @admin.display(description="status")
     def status(self, obj: CommunityLeave) -> str:
@@ -185,11 +186,12 @@ class CommunityLeaveAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityLeave]):
 
 
 @admin.register(LeaveHistory)
-class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
+class LeaveHistoryAdmin(UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[LeaveHistory]):
     list_display = ["version", "user_id", "action", "status", "left_at", "actor_label", "source", "at", "reason"]
-    list_filter = ["action", "source"]
+    # No date hierarchy (its first step reads the distinct years or months of every change):
+    # "changed in the last …" instead, on the index of ``at``.
+    list_filter = ["action", "source", recent_filter("at", parameter="changed", title="changed")]
     search_fields = ["user_id"]
-    date_hierarchy = "at"
     fields = [
         "version",
         "user_id",
@@ -204,7 +206,6 @@ class LeaveHistoryAdmin(UserIdSearchMixin, admin.ModelAdmin[LeaveHistory]):
         "reason",
     ]
     readonly_fields = ["status", "left_at", "raw_value"]
-    show_full_result_count = False
 
     @admin.display(description="status")
     def status(self, obj: LeaveHistory) -> str:

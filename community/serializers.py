@@ -188,7 +188,9 @@ class MembershipChangeSerializer(serializers.Serializer[Any]):
 
 class WindowQuerySerializer(serializers.Serializer[Any]):
     kind = serializers.RegexField(r"^[a-z0-9_]{1,32}$", required=False, help_text="[a-z0-9_]{1,32}")
-    since = serializers.DateTimeField(required=False, help_text="RFC 3339; rounded down to the hour")
+    since = serializers.DateTimeField(
+        required=False, help_text="RFC 3339; rounded down to the hour. Default: 24 hours before until (or now)"
+    )
     until = serializers.DateTimeField(required=False, help_text="RFC 3339; hours starting before it")
     limit = serializers.IntegerField(required=False, default=20, min_value=1, max_value=100)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.db import connections
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
@@ -13,6 +14,15 @@ from community.models import Cohort, Community
 
 from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
 
+# The window of trending and attribution when a request gives no ``since``: a request never
+# sums a target's whole history (one row per item, kind and hour since it was created).
+DEFAULT_WINDOW = timedelta(hours=24)
+
+# The outcomes of processed signals: counted per outcome with "IN", so that the
+# (outcome, processed_at) index is entered once per outcome at the window's start, where
+# "outcome > 0" would read every processed signal's index entry to filter on the time.
+PROCESSED = [o.value for o in Outcome if o != Outcome.PENDING]
+
 
 def _top_items(
     queryset: QuerySet[Any], *, kind: str | None, since: datetime | None, until: datetime | None, limit: int
@@ -20,12 +30,14 @@ def _top_items(
     """Sum the hour buckets in the window per item and kind, heaviest first.
 
     The window is in whole hours: a bucket counts when its hour starts in
-    [since rounded down to the hour, until).
+    [since rounded down to the hour, until). Without ``since`` it starts ``DEFAULT_WINDOW``
+    before ``until`` (or now).
     """
     if kind:
         queryset = queryset.filter(kind=kind)
-    if since:
-        queryset = queryset.filter(hour__gte=hour_bucket(since))
+    if since is None:
+        since = (until or timezone.now()) - DEFAULT_WINDOW
+    queryset = queryset.filter(hour__gte=hour_bucket(since))
     if until:
         queryset = queryset.filter(hour__lt=until)
     return list(
@@ -69,8 +81,10 @@ def outcome_summary(*, now: datetime | None = None) -> dict[str, dict[str, int]]
     summary: dict[str, dict[str, int]] = {}
     for label, span in (("last_hour", timedelta(hours=1)), ("last_day", timedelta(days=1))):
         since = now - span
-        counts = Signal.objects.filter(outcome__gt=Outcome.PENDING, processed_at__gte=since).aggregate(
-            **{o.label: Count("id", filter=Q(outcome=o)) for o in Outcome if o != Outcome.PENDING}
+        counts = Signal.objects.filter(outcome__in=PROCESSED, processed_at__gte=since).aggregate(
+            # COUNT(outcome), not COUNT(id): the index holds outcome and processed_at, not id,
+            # and answers on its own (an index-only scan).
+            **{o.label: Count("outcome", filter=Q(outcome=o)) for o in Outcome if o != Outcome.PENDING}
         )
         counts["pending"] = Signal.objects.filter(outcome=Outcome.PENDING, received_at__gte=since).count()
         summary[label] = counts
@@ -86,32 +100,55 @@ def outcomes_per_hour(*, hours: int = 24, now: datetime | None = None) -> list[H
     """Signals by outcome per hour, oldest first, the current (partial) hour last.
 
     As in ``outcome_summary``: processed signals count in the hour they were processed,
-    pending ones in the hour they were received. Two grouped queries, on the
-    (outcome, processed_at) index and the partial index of pending signals.
+    pending ones in the hour they were received. Processed ones are counted one hour at a
+    time, each a range of the (outcome, processed_at) index read on its own (an index-only
+    scan, no per-row work): grouping a day of signals by their truncated hour costs about
+    three times as much. Pending ones (few, on the partial index) in one grouped query.
     """
     current = timezone.localtime(now or timezone.now()).replace(minute=0, second=0, microsecond=0)
     first = current - timedelta(hours=hours - 1)
-    counts: dict[tuple[datetime, str], int] = {}
-    processed = (
-        Signal.objects.filter(outcome__gt=Outcome.PENDING, processed_at__gte=first)
-        .annotate(hour=TruncHour("processed_at"))
-        .values("hour", "outcome")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for row in processed:
-        counts[row["hour"], Outcome(row["outcome"]).label] = row["n"]
-    pending = (
+    hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
+    pending_rows = (
         Signal.objects.filter(outcome=Outcome.PENDING, received_at__gte=first)
         .annotate(hour=TruncHour("received_at"))
         .values("hour")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by()
     )
-    for row in pending:
-        counts[row["hour"], Outcome.PENDING.label] = row["n"]
-    hours_shown = [first + timedelta(hours=offset) for offset in range(hours)]
-    return [HourOutcomes(hour, {o.label: counts.get((hour, o.label), 0) for o in Outcome}) for hour in hours_shown]
+    pending = {row["hour"]: row["n"] for row in pending_rows}
+    shown: list[HourOutcomes] = []
+    for hour in hours_shown:
+        counts = Signal.objects.filter(
+            outcome__in=PROCESSED, processed_at__gte=hour, processed_at__lt=hour + timedelta(hours=1)
+        ).aggregate(**{o.label: Count("outcome", filter=Q(outcome=o)) for o in Outcome if o != Outcome.PENDING})
+        counts[Outcome.PENDING.label] = pending.get(hour, 0)
+        shown.append(HourOutcomes(hour, {o.label: counts[o.label] for o in Outcome}))
+    return shown
+
+
+# The most kinds a filter offers.
+KINDS_LISTED = 100
+
+
+def signal_kinds() -> list[str]:
+    """The distinct kinds of the stored signals, in order, at most ``KINDS_LISTED``.
+
+    A loose index scan of the (kind, id) index: one index descent per kind (the next kind
+    after the last one found), where ``SELECT DISTINCT kind`` reads every signal.
+    """
+    table = Signal._meta.db_table  # the model's own name, never input
+    sql = f"""
+        WITH RECURSIVE kinds(kind) AS (
+            SELECT (SELECT kind FROM {table} ORDER BY kind LIMIT 1)
+            UNION ALL
+            SELECT (SELECT s.kind FROM {table} s WHERE s.kind > kinds.kind ORDER BY s.kind LIMIT 1)
+            FROM kinds WHERE kinds.kind IS NOT NULL
+        )
+        SELECT kind FROM kinds WHERE kind IS NOT NULL LIMIT %s
+    """  # noqa: S608
+    with connections[Signal.objects.db].cursor() as cursor:
+        cursor.execute(sql, [KINDS_LISTED])
+        return [row[0] for row in cursor.fetchall()]
 
 
 def erasure_job_progress(*, job_id: int) -> Any:

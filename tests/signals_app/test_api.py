@@ -427,6 +427,19 @@ def test_top_items_window_is_by_hour_buckets(reader, trending_data, url: str) ->
 
 
 @pytest.mark.parametrize("url", TARGETS)
+def test_top_items_default_window_is_the_last_24_hours(reader, trending_data, sender, url: str) -> None:
+    # A bucket that started more than 24 hours ago counts only when since reaches it.
+    old = HOUR - timedelta(hours=30)
+    process_signals(signal_ids=ingest(sender, sig(1, item_id=50, weight=1000, at=old + timedelta(minutes=5))))
+    assert 50 not in [item for item, *_ in top(reader, url)]
+    assert top(reader, url, since=z(old))[0] == (50, "view", 1, 1000.0)
+    # until without since: the 24 hours before until.
+    assert top(reader, url, until=z(old + timedelta(hours=1))) == [(50, "view", 1, 1000.0)]
+    assert top(reader, url, until=z(old + timedelta(hours=24))) == [(50, "view", 1, 1000.0)]
+    assert top(reader, url, until=z(old + timedelta(hours=25))) == []
+
+
+@pytest.mark.parametrize("url", TARGETS)
 def test_top_items_limit(reader, trending_data, url: str) -> None:
     assert top(reader, url, limit=2) == [(30, "view", 1, 10.0), (20, "view", 1, 5.0)]
     assert len(top(reader, url, limit=100)) == 4
