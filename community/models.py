@@ -179,7 +179,9 @@ class Cohort(MemberGroup):
 
 
 class CommunityMember(models.Model):
-    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members")
+    # No index of its own: the unique (community, user_id) key starts with it and serves every
+    # look-up by community; one index less to write for every membership.
+    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members", db_index=False)
     user_id = models.BigIntegerField()
     joined_at = models.DateTimeField(default=timezone.now)
 
@@ -196,7 +198,7 @@ class CommunityMember(models.Model):
 
 
 class CohortMember(models.Model):
-    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members")
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members", db_index=False)
     user_id = models.BigIntegerField()
     joined_at = models.DateTimeField(default=timezone.now)
 

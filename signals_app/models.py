@@ -130,7 +130,9 @@ class Aggregate(models.Model):
 class CommunityAggregate(Aggregate):
     """What was forwarded to a community: drives its trending list."""
 
-    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: the unique (community, hour, item, kind) key starts with it. Every
+    # index of this table is written by every batch's upsert: one less is measured (BENCHMARKS.md).
+    community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="+", db_index=False)
 
     class Meta:
         constraints = [
@@ -144,7 +146,7 @@ class CommunityAggregate(Aggregate):
 class CohortAggregate(Aggregate):
     """What was attributed to a cohort."""
 
-    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="+")
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="+", db_index=False)
 
     class Meta:
         constraints = [
