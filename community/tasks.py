@@ -8,6 +8,8 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+from tidalproject.celery import sweep_task
+
 from .models import CommunityLeave
 from .webhooks import schedule_next, webhook_deliver, webhooks_sweep
 
@@ -41,14 +43,7 @@ def deliver_webhooks(subscription_id: int) -> str:
     return outcome.result
 
 
-@shared_task(
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    max_retries=3,
-    soft_time_limit=60,
-    time_limit=90,
-    ignore_result=True,
-)
+@sweep_task
 def sweep_webhooks() -> int:
     """Beat: wake every lagging subscriber (a lost kick delays, never loses, a delivery)."""
     return webhooks_sweep()

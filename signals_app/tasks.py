@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+
+from tidalproject.celery import sweep_task
 
 from .erasure import erasure_job_run, restart_stalled_erasure_jobs, settle_erasures
 from .services import TRANSIENT_ERRORS, process_signals_isolating_failures, requeue_pending_signals
@@ -30,14 +31,7 @@ def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
     return asdict(report)
 
 
-@shared_task(
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    max_retries=3,
-    soft_time_limit=60,
-    time_limit=90,
-    ignore_result=True,
-)
+@sweep_task
 def sweep_pending_signals() -> dict[str, int | None]:
     report = requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
     # The erasures' safety nets: anything an erasure could not see, and bulk jobs whose task died.

@@ -1,14 +1,34 @@
 """The Celery application, configured from Django settings (``CELERY_`` namespace)."""
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
-from celery import Celery
+from celery import Celery, Task, shared_task
 from celery.signals import task_prerun
+from django.db import InterfaceError, OperationalError
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tidalproject.settings.dev")
 
 app = Celery("tidalproject")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def sweep_task(function: Callable[P, R]) -> Task[P, R]:
+    """The periodic sweeps' task (beat's): retried a few times on a database that went away,
+    time-limited, no result kept. One definition for every app's sweep."""
+    return shared_task(
+        autoretry_for=(OperationalError, InterfaceError),
+        retry_backoff=True,
+        max_retries=3,
+        soft_time_limit=60,
+        time_limit=90,
+        ignore_result=True,
+    )(function)
+
+
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
