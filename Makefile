@@ -58,7 +58,7 @@ test-fast: install
 # The leave cache's suite, the pipeline's, then erasure's; all run even when one misses a
 # budget, and the target fails when any does.
 bench: install
-	$(PY) bench/run.py; status=$$?; $(PY) bench/pipeline.py || status=1; $(PY) bench/downstream.py || status=1; $(PY) bench/erasure.py || status=1; exit $$status
+	$(PY) bench/run.py; status=$$?; $(PY) bench/pipeline.py || status=1; $(PY) bench/downstream.py || status=1; $(PY) bench/erasure.py || status=1; $(PY) bench/verify.py || status=1; exit $$status
 
 # The change feed, the CSV export of a million rows and webhook latency (BENCHMARKS.md, "Downstream").
 bench-downstream: install

@@ -44,7 +44,7 @@ BARE_TABLES_BUDGET = 0.75  # the floor on the project's tables at least 0.75x on
 GATE_SHARE_BUDGET = 0.02  # gate + fence under 2% of the batch
 WHILE_QUEUED_SHARE_BUDGET = 0.03  # gate + fence + the while-queued check under 3% (issue 8)
 WHILE_QUEUED_CHANGES = 100
-INGEST_BUDGET = 20_000  # signals per second, absolute
+INGEST_BUDGET = 0.7  # signals accepted over HTTP, at least 0.7x the bare insert of the same rows
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = BENCH_DIR.parent
@@ -534,8 +534,8 @@ class PipelineBench:
                 rate(accepted_rate),
                 f"{rate(floor_rate)} (psycopg INSERT … unnest, {opts.ingest_clients} connections)",
                 ratio(accepted_rate / floor_rate),
-                f"≥ {INGEST_BUDGET:,} signals/s",
-                accepted_rate >= INGEST_BUDGET,
+                f"≥ {INGEST_BUDGET:g}x",
+                accepted_rate / floor_rate >= INGEST_BUDGET,
             )
         )
         latencies = sorted(result["latencies"])
