@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 CORRUPT = -1
 _WARM_CHUNK = 1_000_000
+_VERSION_SQL = "SELECT version FROM {table} WHERE id = 1"
 
 
 class RecordStatus(models.Func):
@@ -312,7 +313,7 @@ class LeaveCache:
     def _warm(self, using: str, version: int, generation: int, epoch: Any, reason: str) -> None:
         # The clock was read before the records, so every change after ``version`` is
         # either already in what we read or replayed (again, harmlessly) by the next sync.
-        from .models import LeaveHistory
+        from .models import LeaveClock, LeaveHistory
 
         started = time.perf_counter()
         gated, corrupt = _read_gated(using)
@@ -326,6 +327,15 @@ class LeaveCache:
         self._generation = generation
         self._epoch = epoch
         self._fingerprint = _fingerprint(at_version)
+        # The records were read after the clock, in statements of their own: they may hold
+        # changes committed after ``version``. Read the clock again and replay the feed up to
+        # it, so that the gate holds exactly the state at the version it reports (what the
+        # signals' fences record, and the verifier checks against the history).
+        with connections[using].cursor() as cursor:
+            cursor.execute(_VERSION_SQL.format(table=LeaveClock._meta.db_table))
+            (caught_up,) = cursor.fetchone()
+        if caught_up > version:
+            self._apply_feed(using, caught_up)
         self.warms += 1
         self.last_lag = 0
         self.last_warm_reason = reason

@@ -235,3 +235,21 @@ def test_a_worker_child_comes_up_at_once_however_long_the_warm_takes() -> None:
     while not cache.warmed and time.monotonic() < deadline:
         time.sleep(0.05)
     assert cache.warmed and cache.size == 1
+
+
+def test_a_change_committed_during_a_warm_is_in_the_version_the_gate_reports(monkeypatch) -> None:
+    # Found by verify_stop_forward in the full stop-forward drill: a leave committed between
+    # the warm's clock read and its read of the records was gated, but under the older
+    # version, so a signal's receipt fence said "active" where the gate had said "left".
+    from community import cache as cache_module
+
+    leave_community_layer(user_id=1)  # version 1
+    read_gated = cache_module._read_gated
+
+    def with_a_leave_in_between(using: str) -> object:
+        leave_community_layer(user_id=2)  # version 2, after the warm read the clock
+        return read_gated(using)
+
+    monkeypatch.setattr(cache_module, "_read_gated", with_a_leave_in_between)
+    gate = LeaveCache().sync()
+    assert gate.is_left(2) and gate.version == 2
