@@ -193,8 +193,9 @@ def set_credit_sql(prefix: str) -> str:
                 " FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason)"
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM c GROUP BY id) c USING (id)"
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM k GROUP BY id) k USING (id))",
-                f"m AS (UPDATE {signal} s SET outcome = CASE WHEN t.reason IS NOT NULL THEN {GATED}"
-                f" WHEN t.cs IS NULL AND t.ks IS NULL THEN {NO_TARGET} ELSE {ATTRIBUTED} END, gated_reason = t.reason,"
+                f"m AS (UPDATE {signal} s SET outcome = CASE WHEN t.reason IS NOT NULL THEN %(gated)b::smallint"
+                " WHEN t.cs IS NULL AND t.ks IS NULL THEN %(no_target)b::smallint ELSE %(attributed)b::smallint END,"
+                " gated_reason = t.reason,"
                 " credited_communities = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL"
                 " THEN coalesce(t.cs, '[]'::jsonb) END,"
                 " credited_cohorts = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL"
@@ -239,6 +240,9 @@ class SetFloor:
                     "reasons": reasons,
                     "now": datetime.now(UTC),
                     "fence": 0,
+                    "gated": GATED,
+                    "no_target": NO_TARGET,
+                    "attributed": ATTRIBUTED,
                 },
             )
             written = clock()

@@ -171,9 +171,9 @@ def _credit_sql() -> str:
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_cohorts GROUP BY id)"
                 " k USING (id))",
                 f"marked AS (UPDATE {signal} s SET"  # noqa: S608 - tables are ours, values are parameters
-                f" outcome = CASE WHEN c.reason IS NOT NULL THEN {int(Outcome.GATED)}"
-                f" WHEN c.communities IS NULL AND c.cohorts IS NULL THEN {int(Outcome.NO_TARGET)}"
-                f" ELSE {int(Outcome.ATTRIBUTED)} END,"
+                " outcome = CASE WHEN c.reason IS NOT NULL THEN %(gated)s::smallint"
+                " WHEN c.communities IS NULL AND c.cohorts IS NULL THEN %(no_target)s::smallint"
+                " ELSE %(attributed)s::smallint END,"
                 " gated_reason = c.reason,"
                 " credited_communities = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
                 " THEN coalesce(c.communities, '[]'::jsonb) END,"
@@ -218,6 +218,9 @@ def credit_and_mark(
                 "reasons": [None if r is None else int(r) for r in reasons.values()],
                 "processed_at": processed_at,
                 "fence": fence,
+                "gated": int(Outcome.GATED),
+                "no_target": int(Outcome.NO_TARGET),
+                "attributed": int(Outcome.ATTRIBUTED),
             },
         )
         return dict(cursor.fetchall())
