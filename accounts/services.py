@@ -63,3 +63,11 @@ def tokens_revoke(*, tokens: QuerySet[AuthToken]) -> int:
     for username, token_key in keys:
         logger.info("API token revoked", extra={"username": username, "token_key": token_key})
     return deleted
+
+
+def tokens_delete_expired() -> int:
+    """Delete every expired token; returns how many. They no longer authenticate anyway."""
+    deleted: int = AuthToken.objects.filter(expiry__lt=timezone.now()).delete()[0]
+    if deleted:
+        logger.info("expired API tokens deleted", extra={"count": deleted})
+    return deleted

@@ -89,8 +89,11 @@ def insert_signals(
                 f"INSERT INTO {table} ({_INSERT_COLUMNS}) "  # noqa: S608 - table and columns are ours
                 "SELECT %s, %s, %s, CASE WHEN u.outcome = 0 THEN NULL ELSE %s::timestamptz END,"
                 " CASE WHEN u.outcome = 0 THEN %s::timestamptz END, u.* "
-                "FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[], %s::float8[], %s::timestamptz[],"
-                " %s::varchar[], %s::smallint[], %s::smallint[])"
+                # The arrays go in binary (%b): psycopg dumps them in C without formatting each
+                # element as text, and the server parses none of it (a third of the insert's
+                # client time for 1,000 signals, BENCHMARKS.md).
+                "FROM unnest(%b::bigint[], %b::bigint[], %b::varchar[], %b::float8[], %b::timestamptz[],"
+                " %b::varchar[], %b::smallint[], %b::smallint[])"
                 " AS u(user_id, item_id, kind, weight, occurred_at, key, outcome, reason) "
                 "ON CONFLICT DO NOTHING RETURNING id, outcome",
                 [sender_id, received_at, fence, received_at, received_at, *_columns(rows, 8)],

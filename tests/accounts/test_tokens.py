@@ -15,6 +15,7 @@ from django.utils.dateparse import parse_datetime
 from knox.models import AuthToken
 
 from accounts.services import token_issue
+from accounts.tasks import delete_expired_tokens
 from tests.accounts.web import Browser
 from tests.factories import UserFactory, service_account
 
@@ -71,6 +72,23 @@ def test_an_expired_token_is_refused(live_server) -> None:
     AuthToken.objects.filter(pk=row.pk).update(expiry=timezone.now() - timedelta(seconds=1))
     r = Browser(live_server.url, {"Authorization": f"Token {token}"}).request("GET", STATUS.format(member.pk))
     assert r.status == 401 and r.headers["WWW-Authenticate"] == "Token"
+
+
+def test_a_request_reads_only_its_own_token_and_the_sweep_deletes_the_expired_ones(live_server) -> None:
+    member, other = UserFactory(), UserFactory()
+    _, token = token_issue(user=member)
+    stale, _ = token_issue(user=member)
+    others_stale, _ = token_issue(user=other)
+    _, others_valid = token_issue(user=other)
+    AuthToken.objects.filter(pk__in=[stale.pk, others_stale.pk]).update(expiry=timezone.now() - timedelta(seconds=1))
+    assert status_with(live_server, token, member.pk) == 200
+    # knox's own class reads all of the user's tokens on each request and deletes this one.
+    assert AuthToken.objects.filter(pk=stale.pk).exists()
+
+    assert delete_expired_tokens.apply().get() == 2
+    assert set(AuthToken.objects.values_list("user_id", flat=True)) == {member.pk, other.pk}
+    assert not AuthToken.objects.filter(pk__in=[stale.pk, others_stale.pk]).exists()
+    assert status_with(live_server, others_valid, other.pk) == 200
 
 
 def test_a_token_from_a_database_dump_does_not_authenticate(live_server) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from signals_app import validation
 from signals_app.validation import SignalBatchInvalid, SignalIn, parse_signal_batch
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -291,3 +292,36 @@ def test_any_json_gives_signals_or_a_validation_error(data: Any) -> None:
     except SignalBatchInvalid:
         return
     assert isinstance(result, list) and all(isinstance(s, SignalIn) for s in result)
+
+
+plain_items = st.fixed_dictionaries(
+    {
+        "user_id": field_values,
+        "item_id": field_values,
+        "kind": st.sampled_from(["view", "like", "Bad", ""]) | field_values,
+    },
+    optional={
+        "weight": field_values,
+        "occurred_at": field_values,
+        "idempotency_key": field_values,
+        "other": field_values,
+    },
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(signal_items | plain_items | json_values)
+def test_the_one_pass_check_agrees_with_the_field_by_field_check(item: Any) -> None:
+    """The fast path takes only what the thorough check takes, and makes the same signal of it."""
+    latest = NOW + SKEW
+    plain = validation._plain_signal(item, NOW, latest)
+    checked, errs = validation._checked_signal(item, NOW, latest)
+    if plain is not None:
+        assert plain == checked and not errs
+
+
+def test_the_one_pass_check_takes_the_common_signal() -> None:
+    item = {**OK, "weight": 2, "occurred_at": "2026-03-01T11:59:59.5Z", "idempotency_key": "k"}
+    assert validation._plain_signal(item, NOW, NOW + SKEW) == SignalIn(
+        7, 42, "view", 2.0, datetime(2026, 3, 1, 11, 59, 59, 500000, tzinfo=UTC), "k"
+    )

@@ -131,7 +131,7 @@ STATIC_ROOT = env.path("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 # --- REST framework ---------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knox.auth.TokenAuthentication",
+        "accounts.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -336,5 +336,9 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-webhooks": {
         "task": "community.tasks.sweep_webhooks",
         "schedule": WEBHOOK_SWEEP_EVERY_SECONDS,
+    },
+    "delete-expired-tokens": {
+        "task": "accounts.tasks.delete_expired_tokens",
+        "schedule": env.float("TOKEN_CLEANUP_EVERY_SECONDS", default=3600.0),
     },
 }
