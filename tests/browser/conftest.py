@@ -110,7 +110,7 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     from signals_app.tasks import process_signal_batch
 
     sent: list[list[int]] = []
-    monkeypatch.setattr(process_signal_batch, "delay", lambda ids: sent.append(list(ids)))
+    monkeypatch.setattr(process_signal_batch, "apply_async", lambda args, **_: sent.append(list(args[0])))
     return sent
 
 

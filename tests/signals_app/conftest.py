@@ -83,12 +83,12 @@ def empty_queue() -> Iterator[None]:
 def enqueued(monkeypatch: pytest.MonkeyPatch, empty_queue: None) -> Iterator[list[list[int]]]:
     """Records what would be sent to the broker instead of sending it.
 
-    Only the last step, ``process_signal_batch.delay``, is replaced: the code that decides
+    Only the last step, ``process_signal_batch.apply_async``, is replaced: the code that decides
     what to enqueue (and splits it into batches) runs for real. No worker runs in these tests,
     and the real queue stays empty, as the sweep sees it when workers keep up.
     """
     from signals_app.tasks import process_signal_batch
 
     calls: list[list[int]] = []
-    monkeypatch.setattr(process_signal_batch, "delay", lambda ids: calls.append(list(ids)))
+    monkeypatch.setattr(process_signal_batch, "apply_async", lambda args, **_: calls.append(list(args[0])))
     yield calls

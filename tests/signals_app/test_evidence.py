@@ -200,10 +200,10 @@ def test_any_enqueue_failure_after_commit_still_answers_202(
 ) -> None:
     from signals_app.tasks import process_signal_batch
 
-    def disk_full(*_: Any) -> None:
+    def disk_full(*_: Any, **__: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(process_signal_batch, "delay", disk_full)
+    monkeypatch.setattr(process_signal_batch, "apply_async", disk_full)
     api.force_authenticate(sender)
     body = {"signals": [{"user_id": USER, "item_id": 1, "kind": "view"}]}
     with django_capture_on_commit_callbacks(execute=True):

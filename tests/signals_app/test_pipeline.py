@@ -323,10 +323,10 @@ def test_an_unreachable_broker_leaves_signals_pending_for_the_sweep(
 ) -> None:
     from signals_app.tasks import process_signal_batch
 
-    def broker_down(ids: list[int]) -> None:
+    def broker_down(*_: Any, **__: Any) -> None:
         raise BrokerError("connection refused")
 
-    monkeypatch.setattr(process_signal_batch, "delay", broker_down)
+    monkeypatch.setattr(process_signal_batch, "apply_async", broker_down)
     with django_capture_on_commit_callbacks(execute=True):
         result = ingest_signals(sender=sender, signals=[sig(USER)])
     assert result.accepted == 1
