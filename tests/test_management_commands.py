@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 
 from community.models import Cohort, CohortMember, Community, CommunityLeave, CommunityMember
 from signals_app.models import Signal
-from tests.conftest import PROJECT_DIR
+from tests.helpers import PROJECT_DIR
 
 pytestmark = pytest.mark.django_db
 
