@@ -3,13 +3,13 @@
 Mounted by ``console.admin`` under ``/admin/community/communityleave/console/``
 behind ``admin_site.admin_view`` (active staff, else the login page). Each view checks the
 model permission it needs (403 otherwise), reads through selectors and writes through the
-services only, so history and fence come with every change.
+services only, so history and fence come with every change. The charts are drawn by
+``console.charts``; what operators type is checked by ``console.forms``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.contrib import messages
@@ -25,7 +25,6 @@ from community.admin_links import CONSOLE_USER_URL
 from community.display import STATUS_FILTERS, left_at_text, record_status_label, rfc3339
 from community.exports import csv_export_response
 from community.forms import BULK_MAX_IDS, BulkLeaveForm
-from community.ids import parse_user_id
 from community.models import MAX_REASON_LENGTH, ChangeAction, ChangeSource, CommunityLeave, LeaveHistory
 from community.permissions import ERASE_ANY, READ_ANY_SIGNALS
 from community.selectors import (
@@ -35,8 +34,10 @@ from community.selectors import (
     leave_record_counts,
 )
 from community.services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
-from signals_app.models import Outcome
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
+
+from .charts import CHANGE_COLORS, OUTCOME_COLORS, stacked_bar_chart
+from .forms import reason_or_message, user_id_or_message
 
 LeaveAdmin = ModelAdmin[CommunityLeave]
 
@@ -72,81 +73,6 @@ def _context(request: HttpRequest, model_admin: LeaveAdmin, title: str, **extra:
     }
 
 
-def _user_id_or_message(request: HttpRequest, raw: str) -> int | None:
-    """The id by the API's rule, or None after telling the operator what is wrong with it."""
-    try:
-        return parse_user_id(raw.strip())
-    except ValueError as exc:
-        shown = raw if len(raw) <= 40 else f"{raw[:40]}…"
-        messages.error(request, f"{shown!r} is not a user id: {exc}")
-        return None
-
-
-# --- the chart: server-side SVG geometry, no JavaScript, nothing from a CDN --------------
-
-
-@dataclass(frozen=True)
-class Bar:
-    x: float
-    y: float
-    width: float
-    height: float
-    color: str
-    title: str
-
-
-@dataclass(frozen=True)
-class Chart:
-    width: int
-    height: int
-    plot_left: int
-    plot_bottom: int
-    max_value: int
-    bars: list[Bar]
-    labels: list[tuple[float, str]]
-    legend: list[tuple[str, str]]
-
-
-def stacked_bar_chart(
-    columns: Sequence[tuple[str, Mapping[str, int]]],
-    series: Sequence[tuple[str, str]],
-    *,
-    label_every: int = 1,
-    width: int = 760,
-    height: int = 200,
-) -> Chart:
-    """One stacked bar a column, one colour a series; scaled to the largest column."""
-    left, bottom, top = 40, 20, 10
-    plot_height = height - bottom - top
-    slot = (width - left) / max(len(columns), 1)
-    max_value = max((sum(values.values()) for _, values in columns), default=0)
-    scale = plot_height / max_value if max_value else 0.0
-    bars: list[Bar] = []
-    labels: list[tuple[float, str]] = []
-    for index, (label, values) in enumerate(columns):
-        x = left + index * slot
-        y = float(height - bottom)
-        for key, color in series:
-            value = values.get(key, 0)
-            if value:
-                bar_height = value * scale
-                y -= bar_height
-                geometry = (round(x + 1, 1), round(y, 1), round(slot - 2, 1), round(bar_height, 1))
-                bars.append(Bar(*geometry, color=color, title=f"{label}: {value} {key}"))
-        if index % label_every == 0:
-            labels.append((round(x + slot / 2, 1), label))
-    return Chart(width, height, left, height - bottom, max_value, bars, labels, list(series))
-
-
-OUTCOME_COLORS = [
-    (Outcome.ATTRIBUTED.label, "#3a7d44"),
-    (Outcome.GATED.label, "#d9822b"),
-    (Outcome.NO_TARGET.label, "#8a8a8a"),
-    (Outcome.PENDING.label, "#417690"),
-]
-CHANGE_COLORS = [("leaves", "#ba2121"), ("rejoins", "#3a7d44")]
-
-
 # --- dashboard ---------------------------------------------------------------------------
 
 
@@ -177,7 +103,7 @@ def dashboard(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
 def find_user(request: HttpRequest, *, model_admin: LeaveAdmin) -> HttpResponse:
     """The dashboard's search box: to the user's page, or back with a message."""
     _require(request, model_admin.has_view_permission(request))
-    user_id = _user_id_or_message(request, request.GET.get("user_id", ""))
+    user_id = user_id_or_message(request, request.GET.get("user_id", ""))
     if user_id is None:
         return redirect(URL_DASHBOARD)
     return redirect(URL_USER, user_id=user_id)
@@ -204,7 +130,7 @@ def _history_rows(entries: Iterable[LeaveHistory]) -> list[dict[str, Any]]:
 
 def user_page(request: HttpRequest, user_id: str, *, model_admin: LeaveAdmin) -> HttpResponse:
     _require(request, model_admin.has_view_permission(request))
-    uid = _user_id_or_message(request, user_id)
+    uid = user_id_or_message(request, user_id)
     if uid is None:
         return redirect(URL_DASHBOARD)
     stored = community_layer_record(user_id=uid)
@@ -238,13 +164,12 @@ _CHANGES: dict[str, Callable[..., LayerChange]] = {
 def user_change(request: HttpRequest, user_id: str, *, action: ChangeAction, model_admin: LeaveAdmin) -> HttpResponse:
     """GET: what will happen, with a confirm button. POST: do it through the service."""
     _require(request, model_admin.has_change_permission(request))
-    uid = _user_id_or_message(request, user_id)
+    uid = user_id_or_message(request, user_id)
     if uid is None:
         return redirect(URL_DASHBOARD)
     if request.method == "POST":
-        reason = request.POST.get("reason", "").strip()
-        if len(reason) > MAX_REASON_LENGTH:
-            messages.error(request, f"The reason is {len(reason)} characters; at most {MAX_REASON_LENGTH}.")
+        reason = reason_or_message(request)
+        if reason is None:
             return redirect(request.path)
         change = _CHANGES[action](user_id=uid, actor=request.user, source=ChangeSource.ADMIN, reason=reason)
         messages.success(

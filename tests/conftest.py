@@ -1,9 +1,6 @@
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +9,6 @@ from rest_framework.test import APIClient
 
 from community.models import CommunityLeave, LeaveClock
 from tests.factories import UserFactory
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -58,25 +53,3 @@ def operator(db: None) -> Any:
 @pytest.fixture
 def superuser(db: None) -> Any:
     return UserFactory(is_staff=True, is_superuser=True)
-
-
-def child_env() -> dict[str, str]:
-    """Environment for a separate OS process that must use the test database."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        url = f"sqlite:///{db['NAME']}"
-    else:
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or 5432
-        user = db.get("USER") or ""
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        auth = f"{user}{password}@" if user else ""
-        url = f"postgres://{auth}{host}:{port}/{db['NAME']}"
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tidalproject.settings.test"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH", "")]))
-    return env
-
-
-PYTHON = sys.executable

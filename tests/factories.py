@@ -6,6 +6,15 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 
+PASSWORD = "pw-for-tests"  # every account's, for the tests that log in through a form
+# A console operator: reads and changes leave records, reads signals.
+OPERATOR_PERMS = [
+    "community.view_communityleave",
+    "community.change_communityleave",
+    "community.add_communityleave",
+    "signals_app.view_signal",
+]
+
 
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
@@ -13,7 +22,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw-for-tests")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
     def perms(self, create: bool, extracted: Any, **kwargs: Any) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from support.client import http
 from support.processes import Child, wait_until
-from tests.conftest import PROJECT_DIR, PYTHON, child_env
+from tests.helpers import PROJECT_DIR, PYTHON, child_env
 
 __all__ = ["Worker", "http", "wait_for"]
 

@@ -4,7 +4,6 @@ process, the configured broker (Redis in CI) and database (PostgreSQL in CI)."""
 from __future__ import annotations
 
 import random
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,8 +16,8 @@ from django.conf import settings
 from community.models import Cohort, Community
 from community.services import group_members_add
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
-from tests.conftest import PROJECT_DIR, PYTHON, child_env
 from tests.factories import UserFactory, api_token
+from tests.helpers import manage
 from tests.processes import Worker, http, wait_for
 from tidalproject.celery import app as celery_app
 
@@ -145,14 +144,7 @@ def test_messages_lost_by_the_broker_are_swept_up_and_counted_once(live_server, 
     lose_every_queued_message()
 
     def sweep() -> str:
-        done = subprocess.run(
-            [PYTHON, "manage.py", "requeue_pending_signals", "--older-than", "0"],
-            cwd=PROJECT_DIR,
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = manage("requeue_pending_signals", "--older-than", "0")
         assert done.returncode == 0, done.stderr
         return done.stdout
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import PROJECT_DIR
+from tests.helpers import PROJECT_DIR
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PACKAGES = ["tidalproject", "accounts", "community", "signals_app", "console", "support"]

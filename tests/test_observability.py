@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import PROJECT_DIR, PYTHON
+from tests.helpers import PROJECT_DIR, PYTHON
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -19,7 +18,7 @@ from community.services import leave_community_layer, rejoin_community_layer
 from signals_app.models import Signal
 from signals_app.selectors import signal_kinds
 from tests.factories import UserFactory
-from tests.signals_app.conftest import ingest, sig
+from tests.helpers import ingest, logged_in, shown_ids, sig
 from tidalproject import paging
 from tidalproject.paging import EstimatedCountPaginator, estimated_rows
 
@@ -42,12 +41,6 @@ def add_records(first: int, count: int, status: MembershipStatus = MembershipSta
 def analyze(model: Any) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {model._meta.db_table}")
-
-
-def admin_client(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 # --- the paginator --------------------------------------------------------------------------
@@ -100,7 +93,7 @@ def test_filtered_count_stops_at_the_cap_and_pages_go_no_deeper(monkeypatch) -> 
 def test_capped_list_says_more_than(monkeypatch, superuser) -> None:
     monkeypatch.setattr(paging, "COUNT_CAP", 20)
     add_records(1, 30)
-    html = admin_client(superuser).get(RECORDS, {"status": "left"}).content.decode()
+    html = logged_in(superuser).get(RECORDS, {"status": "left"}).content.decode()
     assert "more than 20" in html
 
 
@@ -109,7 +102,7 @@ def test_estimated_list_says_about(monkeypatch, superuser) -> None:
     monkeypatch.setattr(paging, "EXACT_BELOW", 10)
     add_records(1, 30)
     analyze(CommunityLeave)
-    r = admin_client(superuser).get(RECORDS)
+    r = logged_in(superuser).get(RECORDS)
     assert r.status_code == 200
     assert "about 30" in r.content.decode()
 
@@ -144,46 +137,41 @@ def signals(db) -> list[int]:
     return ingest(sender, sig(1, kind="view"), sig(2, kind="like"), sig(3, kind="view"), sig(4, kind="share"))
 
 
-def shown(response: Any) -> list[int]:
-    assert response.status_code == 200
-    return sorted(obj.pk for obj in response.context["cl"].result_list)
-
-
 def test_signal_kinds_lists_each_stored_kind_once_in_order(signals) -> None:
     assert signal_kinds() == ["like", "share", "view"]
 
 
 def test_kind_filter_offers_the_stored_kinds_and_filters(superuser, signals) -> None:
-    client = admin_client(superuser)
+    client = logged_in(superuser)
     r = client.get(SIGNALS)
     kind_filter = next(spec for spec in r.context["cl"].filter_specs if getattr(spec, "parameter_name", "") == "kind")
     assert [value for value, _ in kind_filter.lookup_choices] == ["like", "share", "view"]
-    assert shown(client.get(SIGNALS, {"kind": "view"})) == [signals[0], signals[2]]
-    assert shown(client.get(SIGNALS, {"kind": "nope"})) == []
+    assert shown_ids(client.get(SIGNALS, {"kind": "view"})) == [signals[0], signals[2]]
+    assert shown_ids(client.get(SIGNALS, {"kind": "nope"})) == []
 
 
 def test_received_window_filter(superuser, signals) -> None:
     Signal.objects.filter(pk=signals[0]).update(received_at=timezone.now() - timedelta(hours=3))
     Signal.objects.filter(pk=signals[1]).update(received_at=timezone.now() - timedelta(days=3))
-    client = admin_client(superuser)
-    assert shown(client.get(SIGNALS, {"received": "1h"})) == signals[2:]
-    assert shown(client.get(SIGNALS, {"received": "24h"})) == [signals[0], *signals[2:]]
-    assert shown(client.get(SIGNALS, {"received": "7d"})) == signals
-    assert shown(client.get(SIGNALS)) == signals
+    client = logged_in(superuser)
+    assert shown_ids(client.get(SIGNALS, {"received": "1h"})) == signals[2:]
+    assert shown_ids(client.get(SIGNALS, {"received": "24h"})) == [signals[0], *signals[2:]]
+    assert shown_ids(client.get(SIGNALS, {"received": "7d"})) == signals
+    assert shown_ids(client.get(SIGNALS)) == signals
 
 
 def test_history_changed_window_filter(superuser) -> None:
     old = leave_community_layer(user_id=1).version
     new = rejoin_community_layer(user_id=1).version
     LeaveHistory.objects.filter(version=old).update(at=timezone.now() - timedelta(days=2))
-    client = admin_client(superuser)
-    assert shown(client.get(HISTORY, {"changed": "24h"})) == [new]
-    assert shown(client.get(HISTORY, {"changed": "7d"})) == [old, new]
+    client = logged_in(superuser)
+    assert shown_ids(client.get(HISTORY, {"changed": "24h"})) == [new]
+    assert shown_ids(client.get(HISTORY, {"changed": "7d"})) == [old, new]
 
 
 @pytest.mark.parametrize("url", [SIGNALS, HISTORY, RECORDS])
 def test_big_lists_have_no_date_hierarchy_and_no_facets(superuser, url) -> None:
-    r = admin_client(superuser).get(url, {"_facets": "True"})
+    r = logged_in(superuser).get(url, {"_facets": "True"})
     assert r.status_code == 200
     assert r.context["cl"].date_hierarchy is None
     assert not r.context["cl"].add_facets

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT_DIR, PYTHON
+from tests.helpers import PROJECT_DIR, PYTHON
 
 pytestmark = pytest.mark.processes
 

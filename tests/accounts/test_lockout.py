@@ -12,12 +12,11 @@ from django.utils import timezone
 from prometheus_client import REGISTRY
 
 from tests.accounts.web import Browser
-from tests.factories import UserFactory
+from tests.factories import PASSWORD, UserFactory
 
 # live_server answers from another thread: what a test writes must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "pw-for-tests"  # tests.factories.UserFactory's
 LIMIT = 5  # LOGIN_FAILURE_LIMIT's default
 
 

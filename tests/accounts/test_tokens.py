@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import io
 from datetime import timedelta
 
 import pytest
 from django.apps import apps
-from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -17,11 +15,11 @@ from knox.models import AuthToken
 from accounts.services import token_issue
 from accounts.tasks import delete_expired_tokens
 from tests.accounts.web import Browser
-from tests.factories import UserFactory, service_account
+from tests.factories import PASSWORD, UserFactory, service_account
+from tests.helpers import run_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PASSWORD = "pw-for-tests"
 STATUS = "/api/community-layer/{}/"
 
 
@@ -130,9 +128,7 @@ def test_an_operator_lists_and_revokes_tokens_in_the_admin(live_server) -> None:
 def test_rotation_issues_a_new_token_and_the_old_one_works_for_the_overlap(live_server) -> None:
     service = service_account(username="svc")
     _, old = token_issue(user=service)
-    out = io.StringIO()
-    call_command("rotate_token", "svc", "--overlap-hours", "2", stdout=out, stderr=io.StringIO())
-    new = out.getvalue().strip().splitlines()[-1]
+    new = run_command("rotate_token", "svc", "--overlap-hours", "2").strip().splitlines()[-1]
     assert new != old
     assert status_with(live_server, old, service.pk) == 200 and status_with(live_server, new, service.pk) == 200
 
@@ -148,16 +144,13 @@ def test_rotation_issues_a_new_token_and_the_old_one_works_for_the_overlap(live_
 def test_rotation_with_no_overlap_retires_the_old_token_at_once(live_server) -> None:
     member = UserFactory(username="m")
     _, old = token_issue(user=member)
-    out = io.StringIO()
-    call_command("rotate_token", "m", "--overlap-hours", "0", stdout=out, stderr=io.StringIO())
+    new = run_command("rotate_token", "m", "--overlap-hours", "0").strip().splitlines()[-1]
     assert status_with(live_server, old, member.pk) == 401
-    assert status_with(live_server, out.getvalue().strip().splitlines()[-1], member.pk) == 200
+    assert status_with(live_server, new, member.pk) == 200
 
 
 def test_create_service_account_prints_a_working_token_on_its_last_line(live_server) -> None:
-    out = io.StringIO()
-    call_command("create_service_account", "drill-like", stdout=out)
-    token = out.getvalue().strip().splitlines()[-1]
+    token = run_command("create_service_account", "drill-like").strip().splitlines()[-1]
     service = AuthToken.objects.get().user
     assert service.username == "drill-like"
     assert status_with(live_server, token, service.pk) == 200

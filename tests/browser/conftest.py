@@ -16,8 +16,8 @@ import pytest
 from django.db import connections
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.conftest import PROJECT_DIR
-from tests.factories import UserFactory
+from tests.factories import OPERATOR_PERMS, UserFactory
+from tests.helpers import PROJECT_DIR
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -31,13 +31,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = PROJECT_DIR / "var" / "screenshots"
-PASSWORD = "pw-for-tests"  # tests.factories.UserFactory's
-OPERATOR_PERMS = [
-    "community.view_communityleave",
-    "community.change_communityleave",
-    "community.add_communityleave",
-    "signals_app.view_signal",
-]
 
 
 @pytest.fixture
@@ -112,13 +105,3 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     sent: list[list[int]] = []
     monkeypatch.setattr(process_signal_batch, "apply_async", lambda args, **_: sent.append(list(args[0])))
     return sent
-
-
-def log_in(page: Page, base_url: str, username: str) -> None:
-    """Through the admin's own login page, as an operator would."""
-    page.goto(f"{base_url}/admin/")
-    page.wait_for_url(re.compile(r"/admin/login/"))
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(re.compile(r"/admin/$"))

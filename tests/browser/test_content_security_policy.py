@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from community.services import leave_community_layer
-from tests.browser.conftest import log_in
+from tests.helpers import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,8 +18,8 @@ from community.services import group_members_add, leave_community_layer, rejoin_
 from signals_app.models import Signal
 from signals_app.services import ingest_signals, process_signals
 from signals_app.validation import SignalIn
-from tests.browser.conftest import log_in
 from tests.factories import UserFactory
+from tests.helpers import log_in
 
 # live_server serves from another thread: the data must be committed for it to see it.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,6 +13,7 @@ from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.services import leave_community_layer, rejoin_community_layer
 from tests.factories import UserFactory
+from tests.helpers import logged_in, shown_ids, written
 
 pytestmark = pytest.mark.django_db
 
@@ -30,21 +31,6 @@ def change_url(user_id: int) -> str:
 
 def delete_url(user_id: int) -> str:
     return reverse("admin:community_communityleave_delete", args=[user_id])
-
-
-def written() -> tuple[list[tuple[int, bytes]], int, int]:
-    records = [(u, bytes(v)) for u, v in CommunityLeave.objects.order_by("user_id").values_list("user_id", "value")]
-    return records, LeaveHistory.objects.count(), LeaveClock.objects.get(pk=1).version
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def shown_ids(response: Any) -> list[int]:
-    return sorted(obj.pk for obj in response.context["cl"].result_list)
 
 
 @pytest.fixture

@@ -15,9 +15,10 @@ from django.test import RequestFactory
 from rest_framework.test import APIClient
 
 from community.membership import MembershipStatus, serialize_membership
-from community.models import CommunityLeave, LeaveClock, LeaveHistory
+from community.models import CommunityLeave, LeaveHistory
 from community.services import leave_community_layer
 from tests.factories import UserFactory, api_token, service_account
+from tests.helpers import as_client, written
 
 pytestmark = pytest.mark.django_db
 
@@ -50,18 +51,6 @@ def hit(client: APIClient, endpoint: str, user_id: int) -> Any:
     if endpoint == "bulk-leave":
         return bulk(client, {"user_ids": [user_id]})
     return call(client, PER_USER[endpoint], user_id)
-
-
-def written() -> tuple[list[tuple[int, bytes]], int, int]:
-    """Everything a write could touch: the records, the history and the clock."""
-    records = [(u, bytes(v)) for u, v in CommunityLeave.objects.order_by("user_id").values_list("user_id", "value")]
-    return records, LeaveHistory.objects.count(), LeaveClock.objects.get(pk=1).version
-
-
-def as_client(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def rfc3339_to_ns(stamp: str) -> int:

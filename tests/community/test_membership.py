@@ -17,7 +17,7 @@ from community.membership import (
     deserialize_membership,
     serialize_membership,
 )
-from tests.conftest import PROJECT_DIR
+from tests.helpers import PROJECT_DIR
 
 user_ids = st.integers(min_value=0, max_value=2**63 - 1)
 left_ats = st.none() | st.integers(min_value=1, max_value=2**64 - 1)

@@ -16,21 +16,14 @@ from django.db import connection
 from community.membership import MembershipStatus
 from community.models import CommunityLeave
 from community.services import leave_community_layer, rejoin_community_layer
-from tests.conftest import PROJECT_DIR, PYTHON, child_env
+from tests.helpers import PROJECT_DIR, PYTHON, child_env, manage
 from tests.processes import Worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def rebuild_leave_status() -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "manage.py", "rebuild_leave_status"],
-        cwd=PROJECT_DIR,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return manage("rebuild_leave_status")
 
 
 class Probe:

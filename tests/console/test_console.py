@@ -23,8 +23,8 @@ from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
 from signals_app.services import process_signals
-from tests.factories import UserFactory
-from tests.signals_app.conftest import ingest, join, sig
+from tests.factories import OPERATOR_PERMS, UserFactory
+from tests.helpers import ingest, join, logged_in, sig, written
 
 pytestmark = pytest.mark.django_db
 
@@ -35,12 +35,6 @@ INDEX = reverse("admin:index")
 LOGIN = reverse("admin:login")
 CHANGELIST = reverse("admin:community_communityleave_changelist")
 CORRUPT = b"\x07" * 9
-OPERATOR_PERMS = [
-    "community.view_communityleave",
-    "community.change_communityleave",
-    "community.add_communityleave",
-    "signals_app.view_signal",
-]
 
 
 def user_url(user_id: Any) -> str:
@@ -53,17 +47,6 @@ def leave_url(user_id: Any) -> str:
 
 def rejoin_url(user_id: Any) -> str:
     return reverse("admin:community_console_user_rejoin", kwargs={"user_id": user_id})
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def written() -> tuple[list[tuple[int, bytes]], int, int]:
-    records = [(u, bytes(v)) for u, v in CommunityLeave.objects.order_by("user_id").values_list("user_id", "value")]
-    return records, LeaveHistory.objects.count(), LeaveClock.objects.get(pk=1).version
 
 
 def shown_messages(response: Any) -> list[str]:

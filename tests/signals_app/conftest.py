@@ -1,38 +1,16 @@
-"""Helpers for the signal pipeline tests: signals made through the real ingest service."""
+"""Fixtures for the signal pipeline tests: a sender, communities and a cohort, the queue.
+
+Signals are made with ``tests.helpers`` (``sig``, ``ingest``, ``join``, ``backdate``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from community.models import Cohort, Community
-from community.services import group_members_add
-from signals_app.services import ingest_signals
-from signals_app.validation import SignalIn
 from tests.factories import UserFactory
-
-# A whole hour well in the past, so that no signal is "in the future" and buckets are exact.
-HOUR = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
-
-
-def sig(
-    user_id: int,
-    item_id: int = 1,
-    kind: str = "view",
-    weight: float = 1.0,
-    at: datetime | None = None,
-    key: str | None = None,
-) -> SignalIn:
-    return SignalIn(user_id, item_id, kind, weight, at or HOUR + timedelta(minutes=10), key)
-
-
-def ingest(sender: Any, *signals: SignalIn) -> list[int]:
-    """Store signals as pending through the service; returns their ids (nothing enqueued in a test)."""
-    return ingest_signals(sender=sender, signals=signals).signal_ids
 
 
 @pytest.fixture
@@ -54,19 +32,6 @@ def community2(db: None) -> Community:
 @pytest.fixture
 def cohort(db: None) -> Cohort:
     return Cohort.objects.create(slug="early", name="Early adopters")
-
-
-def join(user_id: int, *groups: Community | Cohort) -> None:
-    for group in groups:
-        group_members_add(group=group, user_ids=[user_id])
-
-
-def backdate(ids: list[int], by: timedelta) -> None:
-    """Make signals look received (and their tasks sent) ``by`` ago."""
-    from signals_app.models import Signal
-
-    moment = timezone.now() - by
-    Signal.objects.filter(pk__in=ids).update(received_at=moment, enqueued_at=moment)
 
 
 @pytest.fixture

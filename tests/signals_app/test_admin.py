@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 from django.test import Client
@@ -14,18 +13,12 @@ from community.services import group_members_add, leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.services import process_signals
 from tests.factories import UserFactory
-from tests.signals_app.conftest import ingest, join, sig
+from tests.helpers import ingest, join, logged_in, shown_ids, sig
 
 pytestmark = pytest.mark.django_db
 
 SIGNALS = reverse("admin:signals_app_signal_changelist")
 SUMMARY_ROW = re.compile(r"<tr><th>(\w+)</th><td>(\d+)</td><td>(\d+)</td>\s*<td>(\d+)</td><td>(\d+)</td></tr>")
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -52,10 +45,6 @@ def summary_table(html: str) -> dict[str, tuple[int, ...]]:
     start = html.index('id="outcome-summary"')
     table = html[start : html.index("</table>", start)]
     return {m[0]: tuple(map(int, m[1:])) for m in SUMMARY_ROW.findall(table)}
-
-
-def shown_ids(response: Any) -> list[int]:
-    return sorted(obj.pk for obj in response.context["cl"].result_list)
 
 
 def test_signal_changelist_shows_counts_by_outcome_with_the_gated(admin_client_, processed) -> None:

@@ -14,7 +14,7 @@ from community.services import leave_community_layer
 from signals_app.models import Signal
 from signals_app.services import process_signals
 from tests.factories import UserFactory
-from tests.signals_app.conftest import HOUR, ingest, join, sig
+from tests.helpers import HOUR, as_client, ingest, join, sig
 
 pytestmark = pytest.mark.django_db
 
@@ -22,12 +22,6 @@ SIGNALS = "/api/signals/"
 COMMUNITIES = "/api/communities/"
 COHORTS = "/api/cohorts/"
 OK = {"user_id": 7, "item_id": 42, "kind": "view"}
-
-
-def as_client(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def z(moment: Any) -> str:

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from community.models import Cohort, CohortMember, Community, CommunityLeave, CommunityMember
 from signals_app.models import Outcome, Signal
-from tests.signals_app.conftest import backdate, ingest, sig
+from tests.helpers import backdate, ingest, run_command, sig
 
 pytestmark = pytest.mark.django_db
-
-
-def run(*args: Any) -> str:
-    out = io.StringIO()
-    call_command(*args, stdout=out, stderr=io.StringIO())
-    return out.getvalue()
 
 
 def memberships() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
@@ -52,14 +44,14 @@ def groups(db) -> None:
 
 def test_import_reads_header_communities_and_cohorts_exactly(groups, csv_file) -> None:
     path = csv_file("kind,slug,user_id\ncommunity,python,1\ncommunity,python,2\ncommunity,rust,1\ncohort,early,3\n")
-    out = run("import_memberships", path)
+    out = run_command("import_memberships", path)
     assert memberships() == ([("python", 1), ("python", 2), ("rust", 1)], [("early", 3)])
     assert "added 4" in out and "groups created 0" in out
 
 
 def test_import_keeps_existing_members_and_counts_them(groups, csv_file) -> None:
-    run("import_memberships", csv_file("community,python,1\n"))
-    out = run("import_memberships", csv_file("community,python,1\ncommunity,python,2\ncommunity,python,2\n"))
+    run_command("import_memberships", csv_file("community,python,1\n"))
+    out = run_command("import_memberships", csv_file("community,python,1\ncommunity,python,2\ncommunity,python,2\n"))
     assert "added 1, already there 1" in out
     assert memberships()[0] == [("python", 1), ("python", 2)]
 
@@ -68,13 +60,15 @@ def test_import_of_an_unknown_slug_fails_and_imports_nothing(groups, csv_file) -
     # The good lines sort both before and after the bad group: all or nothing either way.
     path = csv_file("community,python,1\ncohort,early,2\ncommunity,zzz,3\ncommunity,aaa,4\n")
     with pytest.raises(CommandError, match="--create-groups"):
-        run("import_memberships", path)
+        run_command("import_memberships", path)
     assert memberships() == ([], [])
     assert not Community.objects.filter(slug__in=["aaa", "zzz"]).exists()
 
 
 def test_import_with_create_groups_creates_them(groups, csv_file) -> None:
-    out = run("import_memberships", csv_file("community,go,1\ncohort,late,2\ncommunity,python,3\n"), "--create-groups")
+    out = run_command(
+        "import_memberships", csv_file("community,go,1\ncohort,late,2\ncommunity,python,3\n"), "--create-groups"
+    )
     assert memberships() == ([("go", 1), ("python", 3)], [("late", 2)])
     assert Community.objects.filter(slug="go").exists() and Cohort.objects.filter(slug="late").exists()
     assert "groups created 2" in out
@@ -84,7 +78,7 @@ def test_import_with_create_groups_creates_them(groups, csv_file) -> None:
 def test_a_bad_user_id_names_its_line_and_imports_nothing(groups, csv_file, bad_id: str) -> None:
     path = csv_file(f"kind,slug,user_id\ncommunity,python,1\ncohort,early,2\ncommunity,rust,{bad_id}\n")
     with pytest.raises(CommandError, match=r"^line 4\b"):
-        run("import_memberships", path)
+        run_command("import_memberships", path)
     assert memberships() == ([], [])
 
 
@@ -93,21 +87,21 @@ def test_a_bad_user_id_names_its_line_and_imports_nothing(groups, csv_file, bad_
 )
 def test_a_malformed_line_names_its_line(groups, csv_file, line: str) -> None:
     with pytest.raises(CommandError, match=r"^line 2\b"):
-        run("import_memberships", csv_file(f"community,python,1\n{line}\n"))
+        run_command("import_memberships", csv_file(f"community,python,1\n{line}\n"))
     assert memberships() == ([], [])
 
 
 @pytest.mark.parametrize("slug", ["Python", "py thon", "p" * 65, "-py"])
 def test_a_bad_slug_with_create_groups_is_an_error(groups, csv_file, slug: str) -> None:
     with pytest.raises(CommandError, match="slug"):
-        run("import_memberships", csv_file(f"community,python,1\ncommunity,{slug},2\n"), "--create-groups")
+        run_command("import_memberships", csv_file(f"community,python,1\ncommunity,{slug},2\n"), "--create-groups")
     assert memberships() == ([], [])
     assert Community.objects.count() == 2
 
 
 def test_a_missing_file_is_a_command_error(db, tmp_path) -> None:
     with pytest.raises(CommandError):
-        run("import_memberships", str(tmp_path / "nope.csv"))
+        run_command("import_memberships", str(tmp_path / "nope.csv"))
 
 
 # --- requeue_pending_signals ---------------------------------------------------------------------
@@ -117,12 +111,12 @@ def test_requeue_command_prints_how_many_it_enqueued(sender, enqueued) -> None:
     old = ingest(sender, sig(1), sig(2), sig(3))
     backdate(old, timedelta(minutes=30))
     ingest(sender, sig(4))
-    assert run("requeue_pending_signals", "--older-than", "600").strip() == "enqueued 3 pending signal(s)"
+    assert run_command("requeue_pending_signals", "--older-than", "600").strip() == "enqueued 3 pending signal(s)"
     assert enqueued == [old]
 
 
 def test_requeue_command_with_nothing_pending_enqueues_nothing(db, enqueued) -> None:
-    assert "enqueued 0 " in run("requeue_pending_signals")
+    assert "enqueued 0 " in run_command("requeue_pending_signals")
     assert enqueued == []
 
 
@@ -130,8 +124,9 @@ def test_requeue_command_with_nothing_pending_enqueues_nothing(db, enqueued) -> 
 
 
 def test_seed_demo_fills_data_once(db, enqueued) -> None:
-    out = run("seed_demo", "--users", "40", "--signals", "120")
+    out = run_command("seed_demo", "--users", "40", "--signals", "120")
     assert "demo data: 5 communities, 3 cohorts, 40 users (4 left), 120 signals sent" in out
+    assert "service account 'demo-service', API token: " in out
     assert (Community.objects.count(), Cohort.objects.count()) == (5, 3)
     # Signals of the users who left are gated on receipt; the others wait for a worker.
     left = set(CommunityLeave.objects.values_list("user_id", flat=True))
@@ -140,6 +135,6 @@ def test_seed_demo_fills_data_once(db, enqueued) -> None:
     assert not pending.filter(user_id__in=left).exists()
     assert CommunityLeave.objects.count() == 4
     state = (Signal.objects.count(), CommunityMember.objects.count(), CohortMember.objects.count())
-    again = run("seed_demo", "--users", "40", "--signals", "120")
-    assert "already there" in again
+    again = run_command("seed_demo", "--users", "40", "--signals", "120")
+    assert "already there: nothing to do" in again
     assert (Signal.objects.count(), CommunityMember.objects.count(), CohortMember.objects.count()) == state

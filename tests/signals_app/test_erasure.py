@@ -21,7 +21,7 @@ from signals_app.models import CohortAggregate, CommunityAggregate, Signal
 from signals_app.services import _drop_if_erased_meanwhile, ingest_signals, process_signals
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
-from tests.signals_app.conftest import HOUR, ingest, join, sig
+from tests.helpers import HOUR, ingest, join, sig
 
 pytestmark = pytest.mark.django_db
 

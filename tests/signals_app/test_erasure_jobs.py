@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.test import Client
 from django.utils import timezone
 
 from community.models import CommunityLeave, LeaveHistory
@@ -18,8 +17,8 @@ from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, S
 from signals_app.services import process_signals
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
+from tests.helpers import ingest, join, logged_in, sig
 from tests.processes import Worker, wait_for
-from tests.signals_app.conftest import ingest, join, sig
 from tidalproject.celery import app as celery_app
 
 pytestmark = pytest.mark.django_db
@@ -143,12 +142,6 @@ def test_more_than_the_limit_is_a_400(api, eraser, settings) -> None:
 
 
 # --- admin --------------------------------------------------------------------------------------
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_the_console_erase_button_confirms_then_erases(eraser, three_users) -> None:

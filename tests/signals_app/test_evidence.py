@@ -20,7 +20,7 @@ from signals_app.services import (
     process_signals_isolating_failures,
     requeue_pending_signals,
 )
-from tests.signals_app.conftest import backdate, ingest, join, sig
+from tests.helpers import backdate, ingest, join, run_command, sig
 
 pytestmark = pytest.mark.django_db
 
@@ -34,8 +34,14 @@ def evidence(signal_id: int) -> tuple[Any, ...]:
 
 
 def verify(*args: str) -> str:
+    return run_command("verify_stop_forward", "--no-progress", *args, stderr=True)
+
+
+def counterexamples() -> str:
+    """What the verifier says when it fails (it must)."""
     out = io.StringIO()
-    call_command("verify_stop_forward", "--no-progress", *args, stdout=out, stderr=out)
+    with pytest.raises(CommandError):
+        call_command("verify_stop_forward", "--no-progress", stdout=out, stderr=out)
     return out.getvalue()
 
 
@@ -184,10 +190,9 @@ def test_failed_signals_are_retried_once_fixed(
     process_signals_isolating_failures(signal_ids=ids)
     assert Signal.objects.get().outcome == Outcome.FAILED
     _drop_poison()  # the cause is fixed
-    out = io.StringIO()
     with django_capture_on_commit_callbacks(execute=True):
-        call_command("retry_failed_signals", stdout=out)
-    assert out.getvalue().strip() == "enqueued 1 failed signal(s) again"
+        out = run_command("retry_failed_signals")
+    assert out.strip() == "enqueued 1 failed signal(s) again"
     assert enqueued == [ids]
     assert process_signals(signal_ids=ids).attributed == 1
 
@@ -267,11 +272,9 @@ def test_the_verifier_names_an_aggregate_altered_by_hand(sender, community, coho
     CommunityAggregate.objects.filter(item_id=1).update(count=5)
     with pytest.raises(CommandError, match="1 counterexample"):
         verify()
-    out = io.StringIO()
-    with pytest.raises(CommandError):
-        call_command("verify_stop_forward", "--no-progress", stdout=out, stderr=out)
-    assert f"aggregate community {community.pk} item 1 kind 'view'" in out.getvalue()
-    assert "stored count 5" in out.getvalue()
+    out = counterexamples()
+    assert f"aggregate community {community.pk} item 1 kind 'view'" in out
+    assert "stored count 5" in out
 
 
 def test_the_verifier_names_an_outcome_altered_by_hand(sender, community, cohort) -> None:
@@ -281,21 +284,17 @@ def test_the_verifier_names_an_outcome_altered_by_hand(sender, community, cohort
     Signal.objects.filter(pk=gated.pk).update(
         outcome=Outcome.ATTRIBUTED, gated_reason=None, credited_communities=[community.pk], credited_cohorts=[]
     )
-    out = io.StringIO()
-    with pytest.raises(CommandError):
-        call_command("verify_stop_forward", "--no-progress", stdout=out, stderr=out)
+    out = counterexamples()
     assert f"signal {gated.pk} of user {USER + 1}: attributed, fences 0..1; history: active at receipt, left at" in (
-        out.getvalue()
+        out
     )
 
 
 def test_the_verifier_names_a_reason_that_disagrees_with_the_history(sender, community, cohort) -> None:
     ids = _processed_world(sender, community, cohort)
     Signal.objects.filter(pk=ids[-1]).update(gated_reason=GatedReason.LEFT_WHILE_QUEUED)
-    out = io.StringIO()
-    with pytest.raises(CommandError):
-        call_command("verify_stop_forward", "--no-progress", stdout=out, stderr=out)
-    assert f"signal {ids[-1]} of user {USER + 1}: gated (left_while_queued)" in out.getvalue()
+    out = counterexamples()
+    assert f"signal {ids[-1]} of user {USER + 1}: gated (left_while_queued)" in out
 
 
 def test_the_verifier_since_checks_only_recent_work(sender, community, cohort) -> None:

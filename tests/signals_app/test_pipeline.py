@@ -30,7 +30,7 @@ from signals_app.services import (
     try_community_forwarding,
 )
 from tests.factories import UserFactory
-from tests.signals_app.conftest import HOUR, backdate, ingest, join, sig
+from tests.helpers import HOUR, backdate, ingest, join, sig
 
 pytestmark = pytest.mark.django_db
 

@@ -3,24 +3,24 @@
 With nothing set, the service runs embedded: SQLite in the project folder and a Celery
 broker on the filesystem (kombu's filesystem transport), so a first run needs no server.
 Production sets DATABASE_URL (PostgreSQL) and CELERY_BROKER_URL (Redis or RabbitMQ).
+
+Groups of settings live in modules of their own, imported here: ``environment`` (the project
+folder and ``env``, the one reader of the environment), ``security`` (log-in lockout, API
+tokens, content security policy and headers) and ``celery`` (broker, workers, beat).
 """
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import django_stubs_ext
-import environ
+
+from .celery import *  # noqa: F403
+from .environment import *  # noqa: F403
+from .environment import BASE_DIR, env
+from .security import *  # noqa: F403
 
 # Lets the typed generics (ModelAdmin[Model], Serializer[T]) be subscripted at run time.
 django_stubs_ext.monkeypatch()
-
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-VAR_DIR = BASE_DIR / "var"
-
-env = environ.Env()
-if (BASE_DIR / ".env").is_file():
-    environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
@@ -175,98 +175,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
-# --- Log-in lockout (django-axes) -------------------------------------------------------
-# The axes backend refuses every log-in (the right password too) of an account from a client
-# address once that pair has LOGIN_FAILURE_LIMIT failures within LOGIN_LOCKOUT_MINUTES, until
-# the window has passed since the last failure or an operator unlocks it (the admin's Access
-# attempts, or `manage.py axes_reset_username`). Per pair, so that an attacker elsewhere
-# cannot lock an operator out.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
-AXES_COOLOFF_TIME = timedelta(minutes=env.float("LOGIN_LOCKOUT_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_RESET_ON_SUCCESS = True
-# A lockout lasts its window from the last failure before it, not from each refused attempt.
-AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_CLIENT_IP_CALLABLE = "accounts.clientip.client_ip"
-AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
-AXES_ENABLE_ACCESS_FAILURE_LOG = True
-AXES_SENSITIVE_PARAMETERS = ["password"]
-# Behind a proxy: the header it sets to the client's address (e.g. X-Real-IP, or
-# X-Forwarded-For, of which the right-most address is used). Unset: the TCP peer's address.
-CLIENT_IP_HEADER = env.str("CLIENT_IP_HEADER", default="")
-
-# --- API tokens (django-rest-knox) ------------------------------------------------------
-# Stored as SHA-512 hashes; each expires. Service accounts' tokens live longer; rotation
-# (`manage.py rotate_token`) leaves the old ones working for the overlap.
-REST_KNOX = {
-    "TOKEN_TTL": timedelta(hours=env.float("API_TOKEN_TTL_HOURS", default=24)),
-    "AUTH_HEADER_PREFIX": "Token",
-    "AUTO_REFRESH": False,
-}
-SERVICE_TOKEN_TTL_DAYS = env.float("SERVICE_TOKEN_TTL_DAYS", default=90)
-TOKEN_ROTATION_OVERLAP_HOURS = env.float("TOKEN_ROTATION_OVERLAP_HOURS", default=24)
-
-# --- Content security policy and other headers ------------------------------------------
-# No inline script, no inline style, nothing from another origin: the admin, the console and
-# the API docs (Swagger UI from drf-spectacular-sidecar, its set-up script as a file) need none.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'"],
-        "style-src": ["'self'"],
-        "img-src": ["'self'", "data:"],
-        "font-src": ["'self'"],
-        "connect-src": ["'self'"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "form-action": ["'self'"],
-        "frame-ancestors": ["'none'"],
-        **({"report-uri": [env.str("CSP_REPORT_URI")]} if env.str("CSP_REPORT_URI", default="") else {}),
-    },
-}
-X_FRAME_OPTIONS = "DENY"
-SECURE_CONTENT_TYPE_NOSNIFF = True
-SECURE_REFERRER_POLICY = "same-origin"
-SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-PERMISSIONS_POLICY = "camera=(), microphone=(), geolocation=(), payment=(), usb=()"
-
 # Accounts in this group are service accounts: their writes use the service_write rate.
 SERVICE_ACCOUNT_GROUP = env.str("SERVICE_ACCOUNT_GROUP", default="service-accounts")
 # Exactly once over an unreliable network needs idempotency keys: a client that lost the
 # answer to a 202 cannot tell whether its batch was stored. Require them of service accounts.
 SIGNAL_REQUIRE_IDEMPOTENCY_KEYS = env.bool("SIGNAL_REQUIRE_IDEMPOTENCY_KEYS", default=False)
-
-# --- Celery -----------------------------------------------------------------------------
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = VAR_DIR / "broker"
-    _broker_dir.mkdir(parents=True, exist_ok=True)
-    (VAR_DIR / "broker-control").mkdir(exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir),
-        "data_folder_out": str(_broker_dir),
-        "control_folder": str(VAR_DIR / "broker-control"),
-        "store_processed": False,
-    }
-elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    # A message whose worker died unacknowledged is redelivered after this long; it must
-    # exceed the longest task (time limit 180 s). The sweep re-enqueues sooner anyway.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)}
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Keep a worker's database connection across tasks instead of opening one per task (Celery's
-# Django fixup closes it after every task unless this is set); the task itself drops one
-# that broke, as Django does at the start of a request (close_old_connections).
-CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
-# Celery keeps the project's logging (JSON in production) instead of installing its own.
-CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Community layer --------------------------------------------------------------------
 # When a process is this many changes behind, it re-warms from the records instead of
@@ -291,8 +204,6 @@ WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=1.0
 WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=300.0)
 # A subscriber failing without a success for this long is paused (an operator resumes it).
 WEBHOOK_PAUSE_AFTER_SECONDS = env.int("WEBHOOK_PAUSE_AFTER_SECONDS", default=24 * 3600)
-# Beat wakes every lagging subscriber this often, so a lost kick loses nothing.
-WEBHOOK_SWEEP_EVERY_SECONDS = env.float("WEBHOOK_SWEEP_EVERY_SECONDS", default=10.0)
 # Delivery log rows older than this are removed by the sweep.
 WEBHOOK_LOG_RETENTION_DAYS = env.int("WEBHOOK_LOG_RETENTION_DAYS", default=14)
 
@@ -328,17 +239,3 @@ SIGNAL_SWEEP_AFTER_SECONDS = env.int("SIGNAL_SWEEP_AFTER_SECONDS", default=120)
 # task has not been heard of (a worker killed; the task's heartbeat is one erased user).
 ERASURE_JOB_MAX_USERS = env.int("ERASURE_JOB_MAX_USERS", default=10_000)
 ERASURE_JOB_RESTART_AFTER_SECONDS = env.int("ERASURE_JOB_RESTART_AFTER_SECONDS", default=300)
-CELERY_BEAT_SCHEDULE = {
-    "sweep-pending-signals": {
-        "task": "signals_app.tasks.sweep_pending_signals",
-        "schedule": env.float("SIGNAL_SWEEP_EVERY_SECONDS", default=60.0),
-    },
-    "sweep-webhooks": {
-        "task": "community.tasks.sweep_webhooks",
-        "schedule": WEBHOOK_SWEEP_EVERY_SECONDS,
-    },
-    "delete-expired-tokens": {
-        "task": "accounts.tasks.delete_expired_tokens",
-        "schedule": env.float("TOKEN_CLEANUP_EVERY_SECONDS", default=3600.0),
-    },
-}

@@ -1,7 +1,8 @@
 """Local development and the embedded first run: DEBUG on, a throwaway secret key."""
 
 from .base import *  # noqa: F403
-from .base import SECRET_KEY, env
+from .base import SECRET_KEY
+from .environment import env
 
 DEBUG = env.bool("DEBUG", default=True)
 if not SECRET_KEY:

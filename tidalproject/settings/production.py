@@ -3,7 +3,8 @@
 from django.core.exceptions import ImproperlyConfigured
 
 from .base import *  # noqa: F403
-from .base import LOGGING, SECRET_KEY, env
+from .base import LOGGING, SECRET_KEY
+from .environment import env
 
 DEBUG = False
 LOG_FORMAT = env.str("LOG_FORMAT", default="json")

@@ -2,8 +2,10 @@
 
 import os
 
+from .celery import CELERY_BROKER_URL
 from .dev import *  # noqa: F403
-from .dev import CELERY_BROKER_URL, REST_FRAMEWORK, VAR_DIR
+from .dev import REST_FRAMEWORK
+from .environment import VAR_DIR
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
