@@ -35,10 +35,12 @@ from django.db.models.functions import Coalesce
 from tqdm import tqdm
 
 from community.cache import RecordStatus
+from community.groups import GroupAggregate
 from community.membership import MembershipStatus
-from community.models import ChangeAction, LeaveHistory
+from community.models import ChangeAction, Cohort, Community, LeaveHistory
 
-from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
+from .models import GatedReason, Outcome, Signal, hour_bucket
+from .sql import credited_column, quoted
 
 CHUNK = 100_000
 _RELATIVE_TOLERANCE = 1e-9  # weight sums added in another order differ in the last bits
@@ -177,8 +179,8 @@ def verify_stop_forward(*, since: datetime | None = None, progress: bool = True,
                 result.erased_remaining += 1
                 result.add(f"signal {signal_id} of user {user_id} (receipt fence {fence}) survived an erasure")
     result.signals_checked = result.attributed + result.gated
-    for model in (CommunityAggregate, CohortAggregate):
-        _check_aggregates(model, result, since=since)
+    for group_class in (Community, Cohort):
+        _check_aggregates(group_class.aggregate_model, result, since=since)
     return result
 
 
@@ -211,25 +213,17 @@ def _first_id_since(since: datetime) -> int:
 
 # --- aggregates ---------------------------------------------------------------------------------
 
-_TARGETS = {
-    CommunityAggregate: ("community_id", "credited_communities"),
-    CohortAggregate: ("cohort_id", "credited_cohorts"),
-}
 
-
-def _check_aggregates(
-    model: type[CommunityAggregate] | type[CohortAggregate], result: Verification, *, since: datetime | None
-) -> None:
+def _check_aggregates(model: type[GroupAggregate], result: Verification, *, since: datetime | None) -> None:
     if connection.vendor == "postgresql":
         _check_aggregates_in_sql(model, result, since=since)
     else:
         _check_aggregates_in_python(model, result, since=since)
 
 
-def _aggregate_label(model: Any, key: tuple[Any, ...]) -> str:
+def _aggregate_label(model: type[GroupAggregate], key: tuple[Any, ...]) -> str:
     target, hour, item_id, kind = key
-    name = "community" if model is CommunityAggregate else "cohort"
-    return f"{name} {target} item {item_id} kind {kind!r} hour {hour:%Y-%m-%d %H:00}"
+    return f"{model.group_field} {target} item {item_id} kind {kind!r} hour {hour:%Y-%m-%d %H:00}"
 
 
 def _differs(stored: tuple[Any, ...] | None, expected: tuple[Any, ...] | None) -> bool:
@@ -241,7 +235,9 @@ def _differs(stored: tuple[Any, ...] | None, expected: tuple[Any, ...] | None) -
     return count != want_count or not math.isclose(weight, want_weight, abs_tol=tolerance) or last != want_last
 
 
-def _report_row(model: Any, key: tuple[Any, ...], stored: Any, expected: Any, result: Verification) -> None:
+def _report_row(
+    model: type[GroupAggregate], key: tuple[Any, ...], stored: Any, expected: Any, result: Verification
+) -> None:
     if expected is None:
         result.add(f"aggregate {_aggregate_label(model, key)}: stored {_sums(stored)}, but no attributed signal")
     elif stored is None:
@@ -257,13 +253,11 @@ def _sums(values: tuple[Any, ...]) -> str:
     return f"count {count}, weight_sum {weight:g}, last_at {last:%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
-def _check_aggregates_in_sql(
-    model: type[CommunityAggregate] | type[CohortAggregate], result: Verification, *, since: datetime | None
-) -> None:
+def _check_aggregates_in_sql(model: type[GroupAggregate], result: Verification, *, since: datetime | None) -> None:
     """One grouped pass over the attributed signals joined to the aggregate table; only the
     rows that disagree come back."""
-    target, credited = _TARGETS[model]
-    table, signals = model._meta.db_table, Signal._meta.db_table
+    target, credited = quoted(model.group_column()), quoted(credited_column(model))
+    table, signals = quoted(model._meta.db_table), quoted(Signal._meta.db_table)
     since_hour = hour_bucket(since) if since is not None else None
     sql = f"""
         WITH expected AS (
@@ -292,17 +286,15 @@ def _check_aggregates_in_sql(
             stored = tuple(row[4:7]) if row[10] else None
             expected = tuple(row[7:10]) if row[7] is not None else None
             _report_row(model, key, stored, expected, result)
-    rows = model.objects.all()
+    rows = model._default_manager.all()
     if since_hour is not None:
         rows = rows.filter(hour__gte=since_hour)
     result.aggregate_rows_checked += rows.count()
 
 
-def _check_aggregates_in_python(
-    model: type[CommunityAggregate] | type[CohortAggregate], result: Verification, *, since: datetime | None
-) -> None:
+def _check_aggregates_in_python(model: type[GroupAggregate], result: Verification, *, since: datetime | None) -> None:
     """The embedded default (SQLite): the same comparison, summed in Python."""
-    target, credited = _TARGETS[model]
+    target, credited = model.group_key().attname, model.credited_field
     since_hour = hour_bucket(since) if since is not None else None
     expected: dict[tuple[Any, ...], list[Any]] = {}
     attributed = Signal.objects.filter(outcome=Outcome.ATTRIBUTED)
@@ -317,7 +309,7 @@ def _check_aggregates_in_python(
             sums[0] += 1
             sums[1] += weight
             sums[2] = max(sums[2], at)
-    rows = model.objects.all()
+    rows = model._default_manager.all()
     if since_hour is not None:
         rows = rows.filter(hour__gte=since_hour)
     for key_and_sums in rows.values_list(target, "hour", "item_id", "kind", "count", "weight_sum", "last_at"):
