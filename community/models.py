@@ -5,11 +5,11 @@ import secrets
 import uuid
 
 from django.conf import settings
-from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
 from .cache import LeaveCache, LeaveGate, RecordStatus
+from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, slug_validator
 from .membership import MAX_USER_ID, CommunityMembership, deserialize_membership
 
 
@@ -147,28 +147,11 @@ class LeaveHistory(models.Model):
         return deserialize_membership(self.user_id, self.value)
 
 
-slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9_-]{0,63}$", "Use 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit."
-)
-
-
-class MemberGroup(models.Model):
-    """What communities and cohorts share: a slug, a name, members by user id."""
-
-    slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
-    name = models.CharField(max_length=200)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        abstract = True
-        ordering = ["slug"]
-
-    def __str__(self) -> str:
-        return self.slug
-
-
 class Community(MemberGroup):
     """Signals of its members are forwarded to it (community trending)."""
+
+    members_model = Paired["CommunityMember"]("community.CommunityMember")
+    aggregate_model = Paired[GroupAggregate]("signals_app.CommunityAggregate")
 
     class Meta(MemberGroup.Meta):
         verbose_name_plural = "communities"
@@ -177,13 +160,15 @@ class Community(MemberGroup):
 class Cohort(MemberGroup):
     """Signals of its members are attributed to it."""
 
+    members_model = Paired["CohortMember"]("community.CohortMember")
+    aggregate_model = Paired[GroupAggregate]("signals_app.CohortAggregate")
 
-class CommunityMember(models.Model):
+
+class CommunityMember(GroupMember):
+    group_field = "community"
     # No index of its own: the unique (community, user_id) key starts with it and serves every
     # look-up by community; one index less to write for every membership.
     community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members", db_index=False)
-    user_id = models.BigIntegerField()
-    joined_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
@@ -193,14 +178,10 @@ class CommunityMember(models.Model):
         # The pipeline loads memberships by user id, a batch at a time.
         indexes = [models.Index(fields=["user_id", "community"], name="community_member_by_user")]
 
-    def __str__(self) -> str:
-        return f"user {self.user_id} in {self.community_id}"
 
-
-class CohortMember(models.Model):
+class CohortMember(GroupMember):
+    group_field = "cohort"
     cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members", db_index=False)
-    user_id = models.BigIntegerField()
-    joined_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
@@ -208,9 +189,6 @@ class CohortMember(models.Model):
             models.CheckConstraint(condition=models.Q(user_id__gte=0), name="cohort_member_user_id_range"),
         ]
         indexes = [models.Index(fields=["user_id", "cohort"], name="cohort_member_by_user")]
-
-    def __str__(self) -> str:
-        return f"user {self.user_id} in {self.cohort_id}"
 
 
 def new_webhook_secret() -> str:
@@ -289,7 +267,9 @@ __all__ = [
     "CommunityMember",
     "LeaveClock",
     "LeaveHistory",
+    "MemberGroup",
     "RecordStatus",
     "WebhookDelivery",
     "WebhookSubscription",
+    "slug_validator",
 ]

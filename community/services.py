@@ -36,10 +36,8 @@ from .models import (
     ChangeAction,
     ChangeSource,
     Cohort,
-    CohortMember,
     Community,
     CommunityLeave,
-    CommunityMember,
     LeaveClock,
     LeaveHistory,
     slug_validator,
@@ -281,14 +279,11 @@ class MembershipChange:
     unchanged: int
 
 
-def _member_model(group: Community | Cohort) -> tuple[type[CommunityMember] | type[CohortMember], str]:
-    return (CommunityMember, "community") if isinstance(group, Community) else (CohortMember, "cohort")
-
-
 def group_members_add(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
     """Add users to a community or cohort; ``unchanged`` counts those already in it."""
     ids = list(dict.fromkeys(user_ids))
-    model, field = _member_model(group)
+    model = type(group).members_model
+    field = model.group_field
     with transaction.atomic():
         # Locking the group serialises membership changes of one group, so the counts are exact.
         type(group).objects.select_for_update().get(pk=group.pk)
@@ -301,10 +296,15 @@ def group_members_add(*, group: Community | Cohort, user_ids: Iterable[int]) -> 
 def group_members_remove(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
     """Remove users from a community or cohort; ``unchanged`` counts those not in it."""
     ids = list(dict.fromkeys(user_ids))
-    model, field = _member_model(group)
+    model = type(group).members_model
+    field = model.group_field
     with transaction.atomic():
         removed, _ = model.objects.filter(**{field: group}, user_id__in=ids).delete()
     return MembershipChange(changed=removed, unchanged=len(ids) - removed)
+
+
+# The group kinds a membership import names.
+GROUP_KINDS: dict[str, type[Community] | type[Cohort]] = {"community": Community, "cohort": Cohort}
 
 
 class MembershipImportError(ValueError):
@@ -327,7 +327,7 @@ def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> 
         if len(row) != 3:
             raise MembershipImportError(f"line {number}: expected 3 fields kind,slug,user_id, got {len(row)}")
         kind, slug, raw_id = (field.strip() for field in row)
-        if kind not in ("community", "cohort"):
+        if kind not in GROUP_KINDS:
             raise MembershipImportError(f"line {number}: kind must be community or cohort, got {kind!r}")
         try:
             user_id = parse_user_id(raw_id)
@@ -337,7 +337,7 @@ def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> 
     added = already = created = 0
     with transaction.atomic():
         for (kind, slug), user_ids in sorted(wanted.items()):
-            model: type[Community] | type[Cohort] = Community if kind == "community" else Cohort
+            model = GROUP_KINDS[kind]
             group = model.objects.filter(slug=slug).first()
             if group is None:
                 if not create_groups:

@@ -45,9 +45,9 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
     user_ids = list(range(1000, 1000 + users))
     communities = [Community.objects.create(slug=s, name=n) for s, n in DEMO_COMMUNITIES.items()]
     cohorts = [Cohort.objects.create(slug=s, name=n) for s, n in DEMO_COHORTS.items()]
-    for group in communities + cohorts:
-        share = 0.6 if isinstance(group, Community) else 0.5
-        group_members_add(group=group, user_ids=[u for u in user_ids if rng.random() < share])
+    for groups, share in ((communities, 0.6), (cohorts, 0.5)):
+        for group in groups:
+            group_members_add(group=group, user_ids=[u for u in user_ids if rng.random() < share])
     left = rng.sample(user_ids, k=users // 10)
     bulk_leave_community_layer(user_ids=left, actor=service)
     now = timezone.now()

@@ -8,6 +8,7 @@ from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.utils import timezone
 
+from community.groups import GroupAggregate
 from community.models import Cohort, Community
 
 
@@ -113,23 +114,11 @@ class Signal(models.Model):
         return f"signal {self.id} of user {self.user_id}"
 
 
-class Aggregate(models.Model):
-    """Per target, item, kind and hour: how many signals, their weight sum, the last time."""
-
-    item_id = models.BigIntegerField()
-    kind = models.CharField(max_length=32)
-    hour = models.DateTimeField()
-    count = models.BigIntegerField(default=0)
-    weight_sum = models.FloatField(default=0.0)
-    last_at = models.DateTimeField()
-
-    class Meta:
-        abstract = True
-
-
-class CommunityAggregate(Aggregate):
+class CommunityAggregate(GroupAggregate):
     """What was forwarded to a community: drives its trending list."""
 
+    group_field = "community"
+    credited_field = "credited_communities"
     # No index of its own: the unique (community, hour, item, kind) key starts with it. Every
     # index of this table is written by every batch's upsert: one less is measured (BENCHMARKS.md).
     community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -139,22 +128,18 @@ class CommunityAggregate(Aggregate):
             models.UniqueConstraint(fields=["community", "hour", "item_id", "kind"], name="community_aggregate_key")
         ]
 
-    def __str__(self) -> str:
-        return f"{self.community_id} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"
 
-
-class CohortAggregate(Aggregate):
+class CohortAggregate(GroupAggregate):
     """What was attributed to a cohort."""
 
+    group_field = "cohort"
+    credited_field = "credited_cohorts"
     cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="+", db_index=False)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["cohort", "hour", "item_id", "kind"], name="cohort_aggregate_key")
         ]
-
-    def __str__(self) -> str:
-        return f"{self.cohort_id} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"
 
 
 class ErasureJob(models.Model):

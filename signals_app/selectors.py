@@ -10,9 +10,9 @@ from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from community.models import Cohort, Community
+from community.groups import MemberGroup
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
+from .models import Outcome, Signal, hour_bucket
 
 # The window of trending and attribution when a request gives no ``since``: a request never
 # sums a target's whole history (one row per item, kind and hour since it was created).
@@ -24,15 +24,24 @@ DEFAULT_WINDOW = timedelta(hours=24)
 PROCESSED = [o.value for o in Outcome if o != Outcome.PENDING]
 
 
-def _top_items(
-    queryset: QuerySet[Any], *, kind: str | None, since: datetime | None, until: datetime | None, limit: int
+def top_items(
+    group_class: type[MemberGroup],
+    *,
+    group: MemberGroup | int,
+    kind: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 20,
 ) -> list[dict[str, Any]]:
-    """Sum the hour buckets in the window per item and kind, heaviest first.
+    """A group's top items (a community's trending, a cohort's attribution): the hour buckets
+    of the group class's aggregates in the window, summed per item and kind, heaviest first.
 
     The window is in whole hours: a bucket counts when its hour starts in
     [since rounded down to the hour, until). Without ``since`` it starts ``DEFAULT_WINDOW``
     before ``until`` (or now).
     """
+    aggregates = group_class.aggregate_model
+    queryset = aggregates._default_manager.filter(**{aggregates.group_field: group})
     if kind:
         queryset = queryset.filter(kind=kind)
     if since is None:
@@ -45,30 +54,6 @@ def _top_items(
         .annotate(count=Sum("count"), weight_sum=Sum("weight_sum"), last_at=Max("last_at"))
         .order_by("-weight_sum", "-count", "item_id", "kind")[:limit]
     )
-
-
-def community_trending(
-    *,
-    community: Community,
-    kind: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: int = 20,
-) -> list[dict[str, Any]]:
-    return _top_items(
-        CommunityAggregate.objects.filter(community=community), kind=kind, since=since, until=until, limit=limit
-    )
-
-
-def cohort_attribution(
-    *,
-    cohort: Cohort,
-    kind: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: int = 20,
-) -> list[dict[str, Any]]:
-    return _top_items(CohortAggregate.objects.filter(cohort=cohort), kind=kind, since=since, until=until, limit=limit)
 
 
 def user_recent_signals(*, user_id: int) -> QuerySet[Signal]:

@@ -7,6 +7,11 @@ add to what is there, which the ORM's bulk_create(update_conflicts=...) cannot e
 Every value reaches the database through psycopg's adaptation (lists become typed arrays):
 never a literal written by hand. PostgreSQL reads an unquoted ``null`` inside an array
 literal as NULL, which once stalled every batch holding a signal of kind ``null``.
+
+Communities and cohorts go through the same statements: each group class names its members
+and aggregates (``community.groups``), whose tables and group keys, like the signal's lists of
+the groups it was credited to, come from the models' ``_meta``, quoted by psycopg as
+identifiers. The columns the twins share are those of their abstract bases.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from django.db import connection
+from django.db import connection, models
+from psycopg import sql
 
-from community.models import CohortMember, CommunityMember
+from community.groups import GroupAggregate, MemberGroup
+from community.models import Cohort, Community
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal, hour_bucket
+from .models import Outcome, Signal, hour_bucket
 
 # SQLite allows 32,766 parameters a statement; stay well under it.
 _SQLITE_ROWS_PER_STATEMENT = 2000
@@ -29,6 +36,20 @@ _SQLITE_ROWS_PER_STATEMENT = 2000
 # (target id, hour, item id, kind) -> [count, weight sum, last time]
 AggregateKey = tuple[int, datetime, int, str]
 Increments = dict[AggregateKey, list[Any]]
+
+
+def quoted(name: str) -> str:
+    """A table or column name of the models, quoted as an SQL identifier."""
+    return sql.Identifier(name).as_string()
+
+
+def _table(model: type[models.Model]) -> str:
+    return quoted(model._meta.db_table)
+
+
+def credited_column(aggregates: type[GroupAggregate]) -> str:
+    """The column of the signal's list of the groups of ``aggregates``' kind it was credited to."""
+    return cast("models.Field[Any, Any]", Signal._meta.get_field(aggregates.credited_field)).column
 
 
 def _postgresql() -> bool:
@@ -82,7 +103,7 @@ def insert_signals(
     is marked enqueued then (its task is sent on commit). A row whose idempotency key the
     sender already used is skipped. Returns (id, outcome) of new rows.
     """
-    table = Signal._meta.db_table
+    table = _table(Signal)
     with _cursor() as cursor:
         if _postgresql():
             cursor.execute(
@@ -138,35 +159,38 @@ def _credit_sql() -> str:
     the signals (as an erasure does, signals_app.erasure), and, within a table, in key order.
     Two workers, or a worker and an erasure, cannot deadlock each other.
     """
-    signal, community, cohort = Signal._meta.db_table, CommunityAggregate._meta.db_table, CohortAggregate._meta.db_table
-    community_member, cohort_member = CommunityMember._meta.db_table, CohortMember._meta.db_table
+    signal = _table(Signal)
 
-    def credited(name: str, members: str, target: str, ids: str) -> str:
+    def credited(name: str, group_class: type[MemberGroup], ids: str) -> str:
+        members = group_class.members_model
         return (
-            f"{name} AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at"  # noqa: S608
-            f" FROM {signal} s JOIN {members} m ON m.user_id = s.user_id WHERE s.id = ANY(%({ids})s::bigint[]))"
+            f"{name} AS (SELECT s.id, m.{quoted(members.group_column())} AS target, s.item_id, s.kind, s.weight,"  # noqa: S608
+            f" s.occurred_at FROM {signal} s JOIN {_table(members)} m ON m.user_id = s.user_id"
+            f" WHERE s.id = ANY(%({ids})s::bigint[]))"
         )
 
-    def upsert(name: str, table: str, target: str, source: str, after: str) -> str:
+    def upsert(name: str, group_class: type[MemberGroup], source: str, after: str) -> str:
+        aggregates = group_class.aggregate_model
+        target = quoted(aggregates.group_column())
         return (
-            f"{name} AS (INSERT INTO {table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"  # noqa: S608
-            f" SELECT target, {_HOUR_SQL.format('occurred_at')}, item_id, kind, count(*), sum(weight),"
+            f"{name} AS (INSERT INTO {_table(aggregates)} AS a ({target}, hour, item_id, kind, count, weight_sum,"  # noqa: S608
+            f" last_at) SELECT target, {_HOUR_SQL.format('occurred_at')}, item_id, kind, count(*), sum(weight),"
             f" max(occurred_at) FROM {source} WHERE {after} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4"
             f" ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,"
             " weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)"
             " RETURNING 1)"
         )
 
+    credited_communities = quoted(credited_column(Community.aggregate_model))
+    credited_cohorts = quoted(credited_column(Cohort.aggregate_model))
     return (
         "WITH "  # noqa: S608 - tables are ours, values are parameters
         + ", ".join(
             [
-                credited("to_communities", community_member, "community_id", "communities"),
-                credited("to_cohorts", cohort_member, "cohort_id", "cohorts"),
-                upsert("attributed", cohort, "cohort_id", "to_cohorts", "true"),
-                upsert(
-                    "forwarded", community, "community_id", "to_communities", "(SELECT count(*) FROM attributed) >= 0"
-                ),
+                credited("to_communities", Community, "communities"),
+                credited("to_cohorts", Cohort, "cohorts"),
+                upsert("attributed", Cohort, "to_cohorts", "true"),
+                upsert("forwarded", Community, "to_communities", "(SELECT count(*) FROM attributed) >= 0"),
                 "credits AS (SELECT u.id, u.reason, c.targets AS communities, k.targets AS cohorts"
                 " FROM unnest(%(ids)s::bigint[], %(reasons)s::smallint[]) AS u(id, reason)"
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_communities GROUP BY id)"
@@ -178,9 +202,9 @@ def _credit_sql() -> str:
                 " WHEN c.communities IS NULL AND c.cohorts IS NULL THEN %(no_target)s::smallint"
                 " ELSE %(attributed)s::smallint END,"
                 " gated_reason = c.reason,"
-                " credited_communities = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
+                f" {credited_communities} = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
                 " THEN coalesce(c.communities, '[]'::jsonb) END,"
-                " credited_cohorts = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
+                f" {credited_cohorts} = CASE WHEN c.communities IS NOT NULL OR c.cohorts IS NOT NULL"
                 " THEN coalesce(c.cohorts, '[]'::jsonb) END,"
                 " processed_at = %(processed_at)s, fence_at_processing = %(fence)s"
                 " FROM credits c WHERE s.id = c.id AND (SELECT count(*) FROM forwarded) >= 0 RETURNING s.outcome)",
@@ -246,13 +270,12 @@ def _credit_and_mark_in_python(
     signals = {row[0]: row[1:] for row in rows}
     users = {user_id for user_id, *_ in signals.values()}
     credits: dict[int, tuple[list[int], list[int]]] = {signal_id: ([], []) for signal_id in signals}
-    for model, member, ids, slot in (
-        (CommunityAggregate, CommunityMember, communities, 0),
-        (CohortAggregate, CohortMember, cohorts, 1),
-    ):
-        target = _target_column(model)
+    for group_class, ids, slot in ((Community, communities, 0), (Cohort, cohorts, 1)):
+        members = group_class.members_model
         by_user: dict[int, list[int]] = {}
-        for user_id, target_id in member.objects.filter(user_id__in=users).values_list("user_id", target):
+        for user_id, target_id in members.objects.filter(user_id__in=users).values_list(
+            "user_id", members.group_key().attname
+        ):
             by_user.setdefault(user_id, []).append(target_id)
         increments: Increments = {}
         for signal_id in ids:
@@ -265,7 +288,7 @@ def _credit_and_mark_in_python(
                 current[0] += 1
                 current[1] += weight
                 current[2] = max(current[2], at)
-        _add_to_aggregates(model, increments)
+        _add_to_aggregates(group_class.aggregate_model, increments)
     marks: list[Mark] = []
     counts: dict[int, int] = {}
     for signal_id, reason in reasons.items():
@@ -283,17 +306,13 @@ def _credit_and_mark_in_python(
     return counts
 
 
-def _target_column(model: type[CommunityAggregate] | type[CohortAggregate]) -> str:
-    return "community_id" if model is CommunityAggregate else "cohort_id"
-
-
-def _add_to_aggregates(model: type[CommunityAggregate] | type[CohortAggregate], increments: Increments) -> None:
+def _add_to_aggregates(model: type[GroupAggregate], increments: Increments) -> None:
     """SQLite: add each increment to its (target, hour, item, kind) row, creating missing
     rows, in key order."""
     if not increments:
         return
-    table = model._meta.db_table
-    target = _target_column(model)
+    table = _table(model)
+    target = quoted(model.group_column())
     columns = f"{target}, hour, item_id, kind, count, weight_sum, last_at"
     rows = [(*key, *value) for key, value in sorted(increments.items())]
     with connection.cursor() as cursor:
@@ -318,11 +337,13 @@ def _mark_outcomes(
     fence: int,
 ) -> None:
     """SQLite: each signal's (id, outcome, gated reason, communities, cohorts)."""
-    table = Signal._meta.db_table
+    table = _table(Signal)
+    credited_communities = quoted(credited_column(Community.aggregate_model))
+    credited_cohorts = quoted(credited_column(Cohort.aggregate_model))
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"UPDATE {table} SET outcome = %s, gated_reason = %s, credited_communities = %s, "  # noqa: S608
-            "credited_cohorts = %s, processed_at = %s, fence_at_processing = %s WHERE id = %s",
+            f"UPDATE {table} SET outcome = %s, gated_reason = %s, {credited_communities} = %s, "  # noqa: S608
+            f"{credited_cohorts} = %s, processed_at = %s, fence_at_processing = %s WHERE id = %s",
             [
                 (o, r, _json(c1), _json(c2), connection.ops.adapt_datetimefield_value(processed_at), fence, i)
                 for i, o, r, c1, c2 in outcomes
@@ -341,7 +362,7 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
     if _postgresql():
         with _cursor() as cursor:
             cursor.execute(
-                f"SELECT {', '.join(_PENDING_COLUMNS)} FROM {Signal._meta.db_table} "  # noqa: S608
+                f"SELECT {', '.join(_PENDING_COLUMNS)} FROM {_table(Signal)} "  # noqa: S608
                 "WHERE id = ANY(%s::bigint[]) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED",
                 [list(signal_ids)],
             )
@@ -359,10 +380,7 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
 
 # Cohorts first, as the pipeline adds to them (process_signals): the two lock aggregate rows
 # table by table in the same order, or an erasure and a batch could deadlock each other.
-_AGGREGATE_TARGETS: tuple[tuple[type[CommunityAggregate] | type[CohortAggregate], str, str], ...] = (
-    (CohortAggregate, "cohort_id", "credited_cohorts"),
-    (CommunityAggregate, "community_id", "credited_communities"),
-)
+_GROUPS_IN_LOCK_ORDER: tuple[type[MemberGroup], ...] = (Cohort, Community)
 
 # The signals an erasure takes back: the user's, received before the erasure's version (a
 # signal stored before receipt fences were recorded has none, and is taken back too).
@@ -379,7 +397,7 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
     """
     if not _postgresql():
         return _take_back_in_python(user_id, before)
-    signals = Signal._meta.db_table
+    signals = _table(Signal)
     rows_changed = 0
     with connection.cursor() as cursor:
         # FOR UPDATE without SKIP LOCKED: a batch holding some of them commits first, and its
@@ -394,8 +412,8 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
         if not ids:
             return 0, 0
         params: dict[str, Any] = {"user": user_id, "before": before, "ids": ids}
-        for model, target, credited in _AGGREGATE_TARGETS:
-            cursor.execute(_subtract_sql(model._meta.db_table, target, credited), params)
+        for group_class in _GROUPS_IN_LOCK_ORDER:
+            cursor.execute(_subtract_sql(group_class.aggregate_model), params)
             gone, kept = cursor.fetchone()
             rows_changed += gone + kept
         cursor.execute(f"DELETE FROM {signals} WHERE id = ANY(%(ids)s::bigint[])", params)  # noqa: S608
@@ -403,13 +421,14 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
     return deleted, rows_changed
 
 
-def _subtract_sql(table: str, target: str, credited: str) -> str:
+def _subtract_sql(aggregates: type[GroupAggregate]) -> str:
     """One statement per aggregate table: the removed signals grouped by row key, the rows
     locked in key order (as the pipeline's upserts lock them: no deadlock between the two),
     rows that fall to zero deleted, the others decremented, and ``last_at`` recomputed from
     the remaining attributed signals only where a removed signal may have been the last.
     The remaining signals of a row are found through the ``signal_attributed_by_item`` index."""
-    signals = Signal._meta.db_table
+    signals, table = _table(Signal), _table(aggregates)
+    target, credited = quoted(aggregates.group_column()), quoted(credited_column(aggregates))
     return f"""
         WITH removed AS (
             SELECT c.target::bigint AS target,
@@ -450,12 +469,14 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
 
     taken = Q(user_id=user_id) & (Q(fence_at_receipt__isnull=True) | Q(fence_at_receipt__lt=before))
     mine = Signal.objects.select_for_update().filter(taken)
-    credited_columns = [credited for _model, _target, credited in _AGGREGATE_TARGETS]
+    aggregate_models = [group_class.aggregate_model for group_class in _GROUPS_IN_LOCK_ORDER]
+    credited_columns = [model.credited_field for model in aggregate_models]
     rows = list(mine.values_list("id", "outcome", "item_id", "kind", "weight", "occurred_at", *credited_columns))
     if not rows:
         return 0, 0
     rows_changed = 0
-    for index, (model, target, credited_column) in enumerate(_AGGREGATE_TARGETS):
+    for index, model in enumerate(aggregate_models):
+        target, credited_column = model.group_key().attname, model.credited_field
         removed: Increments = {}
         for _id, outcome, item_id, kind, weight, at, *credited in rows:
             if outcome != Outcome.ATTRIBUTED:
@@ -466,7 +487,7 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
                 sums[1] += weight
                 sums[2] = max(sums[2], at)
         for (target_id, hour, item_id, kind), (n, w, last) in sorted(removed.items()):
-            row = model.objects.filter(**{target: target_id}, hour=hour, item_id=item_id, kind=kind).first()
+            row = model._default_manager.filter(**{target: target_id}, hour=hour, item_id=item_id, kind=kind).first()
             if row is None:
                 continue
             rows_changed += 1

@@ -16,7 +16,9 @@ from datetime import datetime
 from django.db.models import Count, Max, Min, Q
 from tqdm import tqdm
 
-from .models import CohortAggregate, CommunityAggregate, Outcome, Signal
+from community.models import Cohort, Community
+
+from .models import Outcome, Signal
 from .verification_checks import aggregate_counterexamples, aggregate_rows, erasure_survivors, signal_counterexamples
 
 CHUNK = 100_000
@@ -69,7 +71,7 @@ def verify_stop_forward(*, since: datetime | None = None, progress: bool = True,
                 result.erased_remaining += 1
                 result.add(text)
     result.signals_checked = result.attributed + result.gated
-    for model in (CommunityAggregate, CohortAggregate):
+    for model in (Community.aggregate_model, Cohort.aggregate_model):
         for text in aggregate_counterexamples(model, since=since):
             result.add(text)
         result.aggregate_rows_checked += aggregate_rows(model, since=since)

@@ -33,10 +33,12 @@ from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, Subque
 from django.db.models.functions import Coalesce
 
 from community.cache import RecordStatus
+from community.groups import GroupAggregate
 from community.membership import MembershipStatus
 from community.models import ChangeAction, LeaveHistory
 
-from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
+from .models import GatedReason, Outcome, Signal, hour_bucket
+from .sql import credited_column, quoted
 
 RELATIVE_TOLERANCE = 1e-9  # weight sums added in another order differ in the last bits
 
@@ -145,13 +147,7 @@ def _erased_after_receipt() -> Exists:
 
 # --- aggregates ---------------------------------------------------------------------------------
 
-_TARGETS = {
-    CommunityAggregate: ("community_id", "credited_communities"),
-    CohortAggregate: ("cohort_id", "credited_cohorts"),
-}
-
-
-AggregateModel = type[CommunityAggregate] | type[CohortAggregate]
+AggregateModel = type[GroupAggregate]
 
 
 def aggregate_counterexamples(model: AggregateModel, *, since: datetime | None) -> Iterator[str]:
@@ -168,14 +164,13 @@ def aggregate_rows(model: AggregateModel, *, since: datetime | None) -> int:
 
 
 def _stored_rows(model: AggregateModel, *, since: datetime | None) -> QuerySet[Any]:
-    rows = model.objects.all()
+    rows = model._default_manager.all()
     return rows.filter(hour__gte=hour_bucket(since)) if since is not None else rows
 
 
-def _aggregate_label(model: Any, key: tuple[Any, ...]) -> str:
+def _aggregate_label(model: AggregateModel, key: tuple[Any, ...]) -> str:
     target, hour, item_id, kind = key
-    name = "community" if model is CommunityAggregate else "cohort"
-    return f"{name} {target} item {item_id} kind {kind!r} hour {hour:%Y-%m-%d %H:00}"
+    return f"{model.group_field} {target} item {item_id} kind {kind!r} hour {hour:%Y-%m-%d %H:00}"
 
 
 def _differs(stored: tuple[Any, ...] | None, expected: tuple[Any, ...] | None) -> bool:
@@ -203,8 +198,8 @@ def _sums(values: tuple[Any, ...]) -> str:
 def _aggregate_mismatches_in_sql(model: AggregateModel, *, since: datetime | None) -> Iterator[str]:
     """One grouped pass over the attributed signals joined to the aggregate table; only the
     rows that disagree come back."""
-    target, credited = _TARGETS[model]
-    table, signals = model._meta.db_table, Signal._meta.db_table
+    target, credited = quoted(model.group_column()), quoted(credited_column(model))
+    table, signals = quoted(model._meta.db_table), quoted(Signal._meta.db_table)
     since_hour = hour_bucket(since) if since is not None else None
     sql = f"""
         WITH expected AS (
@@ -237,7 +232,7 @@ def _aggregate_mismatches_in_sql(model: AggregateModel, *, since: datetime | Non
 
 def _aggregate_mismatches_in_python(model: AggregateModel, *, since: datetime | None) -> Iterator[str]:
     """The embedded default (SQLite): the same comparison, summed in Python."""
-    target, credited = _TARGETS[model]
+    target, credited = model.group_key().attname, model.credited_field
     since_hour = hour_bucket(since) if since is not None else None
     expected: dict[tuple[Any, ...], list[Any]] = {}
     attributed = Signal.objects.filter(outcome=Outcome.ATTRIBUTED)

@@ -25,7 +25,7 @@ from tidalproject.roles import is_service_account
 
 from .erasure import erase_user, erasure_job_create
 from .models import ErasureJobUser
-from .selectors import cohort_attribution, community_trending, erasure_job_progress, user_recent_signals
+from .selectors import erasure_job_progress, top_items, user_recent_signals
 from .serializers import (
     BulkErasureSerializer,
     ErasureJobSerializer,
@@ -154,11 +154,11 @@ class ErasureJobResultsView(GenericAPIView[Any]):
 # viewsets (the same URLs: /api/communities/{slug}/trending/, /api/cohorts/{slug}/attribution/).
 
 
-def _top_items(view: CommunityViewSet | CohortViewSet, request: Request, select: Any) -> Response:
+def _top_items(view: CommunityViewSet | CohortViewSet, request: Request) -> Response:
     group = view.get_object()
     query = WindowQuerySerializer(data=request.query_params)
     query.is_valid(raise_exception=True)
-    items = select(group, **query.validated_data)
+    items = top_items(type(group), group=group, **query.validated_data)
     return Response({"results": TopItemSerializer(items, many=True).data})
 
 
@@ -166,11 +166,11 @@ class CommunityTrendingViewSet(CommunityViewSet):
     @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Trending items")
     @action(detail=True, methods=["get"])
     def trending(self, request: Request, slug: str) -> Response:
-        return _top_items(self, request, lambda group, **window: community_trending(community=group, **window))
+        return _top_items(self, request)
 
 
 class CohortAttributionViewSet(CohortViewSet):
     @extend_schema(parameters=[WindowQuerySerializer], responses=TopItemsSerializer, summary="Attributed items")
     @action(detail=True, methods=["get"])
     def attribution(self, request: Request, slug: str) -> Response:
-        return _top_items(self, request, lambda group, **window: cohort_attribution(cohort=group, **window))
+        return _top_items(self, request)

@@ -1,0 +1,110 @@
+"""The one shape communities and cohorts share: the group, its members, its hourly aggregates.
+
+Each group class declares the models paired with it (``Community.members_model``,
+``Community.aggregate_model``), so code asks the class for its twin instead of switching on
+the kind. The pairing is by label, read from the app registry on use: the aggregates live in
+``signals_app``, a layer above this one, which this module never imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, TypeVar, cast, overload
+
+from django.apps import apps
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+class Paired(Generic[_M]):
+    """A model paired with a group class, named by its label ("app_label.ModelName")."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> type[_M]: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> type[_M]: ...
+    def __get__(self, instance: object, owner: type[Any]) -> type[_M]:
+        return cast("type[_M]", apps.get_model(self.label))
+
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9_-]{0,63}$", "Use 1 to 64 of a-z, 0-9, - and _, starting with a letter or digit."
+)
+
+
+class MemberGroup(models.Model):
+    """What communities and cohorts share: a slug, a name, members by user id."""
+
+    slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # Declared by each group class: its members (user <-> group) and its hourly aggregates.
+    members_model: ClassVar[Paired[GroupMember]]
+    aggregate_model: ClassVar[Paired[GroupAggregate]]
+
+    class Meta:
+        abstract = True
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class _ByGroup(models.Model):
+    """A row that belongs to one group through the foreign key named ``group_field``."""
+
+    group_field: ClassVar[str]
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def group_key(cls) -> models.ForeignKey[Any, Any]:
+        return cast("models.ForeignKey[Any, Any]", cls._meta.get_field(cls.group_field))
+
+    @classmethod
+    def group_column(cls) -> str:
+        """The foreign key's column (``community_id``): for set-based SQL and value lists."""
+        return cls.group_key().column
+
+    def group_id(self) -> int:
+        return cast("int", getattr(self, self.group_key().attname))
+
+
+class GroupMember(_ByGroup):
+    """A user's membership of a group (the concrete model adds the key to its group)."""
+
+    user_id = models.BigIntegerField()
+    joined_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} in {self.group_id()}"
+
+
+class GroupAggregate(_ByGroup):
+    """Per group, item, kind and hour: how many signals, their weight sum, the last time."""
+
+    # The signal's JSON list of the groups of this kind it was credited to.
+    credited_field: ClassVar[str]
+
+    item_id = models.BigIntegerField()
+    kind = models.CharField(max_length=32)
+    hour = models.DateTimeField()
+    count = models.BigIntegerField(default=0)
+    weight_sum = models.FloatField(default=0.0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.group_id()} item {self.item_id} {self.kind} @ {self.hour:%Y-%m-%d %H}h"
