@@ -11,7 +11,6 @@ from django.utils.html import format_html
 from tidalproject.paging import BigTableAdminMixin, recent_filter
 
 from .admin_links import user_page_url
-from .cache import CORRUPT
 from .display import left_at_text, record_status_label
 from .ids import parse_user_id
 from .membership import MAX_USER_ID, MembershipStatus
@@ -24,11 +23,11 @@ from .models import (
     CommunityLeave,
     CommunityMember,
     LeaveHistory,
-    RecordStatus,
     WebhookDelivery,
     WebhookSubscription,
 )
 from .permissions import READ_ANY
+from .record_status import CORRUPT, RecordStatus
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 from .webhooks import (
     UnsafeTarget,

@@ -19,10 +19,11 @@ from rest_framework.views import APIView
 from tidalproject.api import Pagination, WriteRateThrottle
 
 from .access import ActionPermissions, MayChangeMembers, needs, own_user_id_or
+from .cache import leave_cache
 from .display import change_payload, record_status_payload
 from .exports import csv_export_response
 from .fields import UserIdField
-from .models import ChangeSource, Cohort, Community, CommunityLeave, WebhookDelivery, WebhookSubscription
+from .models import ChangeSource, Cohort, Community, WebhookDelivery, WebhookSubscription
 from .permissions import (
     ADD_COHORT_MEMBER,
     ADD_COMMUNITY_MEMBER,
@@ -355,7 +356,7 @@ class LeaveCacheView(APIView):
     )
     def get(self, request: Request) -> Response:
         compare = request.query_params.get("compare", "") in ("1", "true", "yes")
-        return Response(CommunityLeave.objects.cache.report(compare=compare))
+        return Response(leave_cache.report(compare=compare))
 
 
 class ReadPermissions(DjangoModelPermissions):

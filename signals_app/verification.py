@@ -34,9 +34,9 @@ from django.db.models import Count, Exists, IntegerField, Max, Min, OuterRef, Q,
 from django.db.models.functions import Coalesce
 from tqdm import tqdm
 
-from community.cache import RecordStatus
 from community.membership import MembershipStatus
 from community.models import ChangeAction, LeaveHistory
+from community.record_status import RecordStatus
 
 from .models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal, hour_bucket
 

@@ -34,3 +34,18 @@ def test_community_importing_signals_app_breaks_the_layers(tmp_path: Path) -> No
     result = _lint_imports(tmp_path)
     assert result.returncode != 0
     assert "community.selectors -> signals_app.models" in result.stdout
+
+
+def _copy_project(tmp_path: Path) -> None:
+    shutil.copy(PROJECT_DIR / "pyproject.toml", tmp_path)
+    for package in PACKAGES:
+        shutil.copytree(PROJECT_DIR / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def test_the_models_importing_the_leave_cache_breaks_its_contract(tmp_path: Path) -> None:
+    _copy_project(tmp_path)
+    models = tmp_path / "community" / "models.py"
+    models.write_text(models.read_text() + "\nfrom community.cache import leave_cache  # noqa\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "community.models -> community.cache" in result.stdout

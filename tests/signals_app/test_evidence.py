@@ -12,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from community.cache import leave_cache
 from community.models import CommunityLeave, LeaveClock
 from community.services import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
@@ -85,7 +86,7 @@ def test_the_while_queued_check_reads_the_history_a_fresh_process_has_not_seen(s
     (signal_id,) = ingest(sender, sig(USER))
     leave_community_layer(user_id=USER)
     rejoin_community_layer(user_id=USER)
-    CommunityLeave.objects.cache.reset()  # a worker started after all that
+    leave_cache.reset()  # a worker started after all that
     process_signals(signal_ids=[signal_id])
     assert evidence(signal_id) == ("gated", "left_while_queued", 0, 2)
 

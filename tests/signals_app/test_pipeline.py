@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from community.cache import leave_gate
 from community.models import CommunityLeave
 from community.services import leave_community_layer, rejoin_community_layer
 from signals_app import sql
@@ -161,7 +162,7 @@ def test_each_step_is_gated_at_its_top(step) -> None:
     leave_community_layer(user_id=USER)  # version 1
     leave_community_layer(user_id=USER + 2)  # version 2
     rejoin_community_layer(user_id=USER + 2)  # version 3
-    gate = CommunityLeave.objects.gate()
+    gate = leave_gate()
     batch = [Queued(1, USER, 3), Queued(2, USER + 1, 3), Queued(3, USER + 2, 1), Queued(4, USER + 2, 3)]
     gate.preload({USER + 2: 1})  # as process_signals does: the history the warm did not see
     # left now; active all along; left and back while queued; active since its receipt
@@ -285,7 +286,7 @@ def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohor
     users = range(1000, 1600)
     group_members_add(group=community, user_ids=users)
     group_members_add(group=cohort, user_ids=users)
-    CommunityLeave.objects.gate()  # warm, as a worker is before its first batch
+    leave_gate()  # warm, as a worker is before its first batch
     small, small_rows = _process_batch_queries(sender, 50, 1000)
     large, large_rows = _process_batch_queries(sender, 500, 1100)
     if connection.vendor == "sqlite":
