@@ -127,7 +127,7 @@ def bench_feed(changes: int) -> dict[str, Any]:
 
 def bench_latency(samples: int, broker: str) -> dict[str, Any]:
     from community.services import leave_community_layer
-    from community.webhooks import webhook_subscription_create
+    from community.webhooks.subscriptions import webhook_subscription_create
 
     arrivals: dict[int, float] = {}
     lock = threading.Lock()

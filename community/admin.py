@@ -29,14 +29,9 @@ from .models import (
 from .permissions import READ_ANY
 from .record_status import CORRUPT, RecordStatus
 from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
-from .webhooks import (
-    UnsafeTarget,
-    check_actions,
-    check_url,
-    lag_samples,
-    webhook_subscription_create,
-    webhook_subscription_update,
-)
+from .webhooks.lag import lag_samples
+from .webhooks.ssrf import UnsafeTarget, check_url
+from .webhooks.subscriptions import check_actions, webhook_subscription_create, webhook_subscription_update
 
 # The admin index gains a link to the operators' console (admin/community/site_index.html
 # extends the stock index). Set on the default site rather than a custom AdminSite, which
@@ -321,7 +316,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin[WebhookSubscription]):
         return super().changelist_view(request, extra_context)
 
     def _lag(self, obj: WebhookSubscription) -> Any:
-        from .webhooks import webhook_lag
+        from .webhooks.lag import webhook_lag
 
         lags = getattr(self, "_lags", {})
         return lags.get(obj.pk) or webhook_lag(obj)

@@ -301,7 +301,7 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscript
         ]
 
     def validate_url(self, value: str) -> str:
-        from .webhooks import UnsafeTarget, check_url
+        from .webhooks.ssrf import UnsafeTarget, check_url
 
         try:
             return check_url(value)
@@ -312,7 +312,7 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscript
         return _check_secret(value)
 
     def _lag(self, obj: WebhookSubscription) -> Any:
-        from .webhooks import webhook_lag
+        from .webhooks.lag import webhook_lag
 
         lags = self.context.get("lags") or {}
         return lags.get(obj.pk) or webhook_lag(obj)

@@ -44,7 +44,7 @@ from .models import (
     LeaveHistory,
     slug_validator,
 )
-from .webhooks import kick_webhooks
+from .webhooks.waking import kick_webhooks
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ from django.db import InterfaceError, OperationalError
 from tidalproject.celery import sweep_task
 
 from .cache import leave_cache
-from .webhooks import schedule_next, webhook_deliver, webhooks_sweep
+from .webhooks.delivery import webhook_deliver
+from .webhooks.waking import schedule_next, webhooks_sweep
 
 logger = logging.getLogger(__name__)
 

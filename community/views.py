@@ -67,7 +67,9 @@ from .services import (
     leave_community_layer,
     rejoin_community_layer,
 )
-from .webhooks import UnsafeTarget, lag_samples, webhook_subscription_create, webhook_subscription_update
+from .webhooks.lag import lag_samples
+from .webhooks.ssrf import UnsafeTarget
+from .webhooks.subscriptions import webhook_subscription_create, webhook_subscription_update
 
 USER_ID_PARAM = OpenApiParameter("user_id", int, OpenApiParameter.PATH, description="The user's id, 0 to 2**63-1.")
 
