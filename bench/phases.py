@@ -27,7 +27,7 @@ from community.cache import leave_cache, leave_gate
 from community.cache.gate import LeaveGate
 from community.membership import MembershipStatus
 from community.models import ChangeSource, CommunityLeave, LeaveClock
-from community.services import bulk_leave_community_layer
+from community.services.layer import bulk_leave_community_layer
 
 TABLE = CommunityLeave._meta.db_table
 # psycopg's fetch of the same ids the gate holds (the records that are not ACTIVE).

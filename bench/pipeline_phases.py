@@ -36,7 +36,7 @@ from bench.processes import Child, Children, wait_until
 from bench.report import Row, ms, ratio, us
 from community.cache import leave_cache, leave_gate
 from community.models import ChangeSource, CommunityLeave, LeaveClock
-from community.services import bulk_leave_community_layer, bulk_rejoin_community_layer
+from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.services import enqueue_signal_processing, process_signals
 

@@ -28,7 +28,7 @@ from .models import (
 )
 from .permissions import READ_ANY
 from .record_status import CORRUPT, RecordStatus
-from .services import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
+from .services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
 from .webhooks.lag import lag_samples
 from .webhooks.ssrf import UnsafeTarget, check_url
 from .webhooks.subscriptions import check_actions, webhook_subscription_create, webhook_subscription_update

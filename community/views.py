@@ -58,15 +58,8 @@ from .serializers import (
     WebhookDeliverySerializer,
     WebhookSubscriptionSerializer,
 )
-from .services import (
-    SlugTaken,
-    bulk_leave_community_layer,
-    group_create,
-    group_members_add,
-    group_members_remove,
-    leave_community_layer,
-    rejoin_community_layer,
-)
+from .services.groups import SlugTaken, group_create, group_members_add, group_members_remove
+from .services.layer import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from .webhooks.lag import lag_samples
 from .webhooks.ssrf import UnsafeTarget
 from .webhooks.subscriptions import webhook_subscription_create, webhook_subscription_update

@@ -16,7 +16,7 @@ import django
 django.setup()
 
 from community.cache import leave_cache, leave_gate  # noqa: E402
-from community.services import leave_community_layer, rejoin_community_layer  # noqa: E402
+from community.services.layer import leave_community_layer, rejoin_community_layer  # noqa: E402
 
 
 def main() -> None:

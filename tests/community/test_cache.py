@@ -16,12 +16,8 @@ from community.cache.fence import LeaveCache
 from community.membership import MembershipStatus, deserialize_membership
 from community.models import CommunityLeave, LeaveClock
 from community.record_status import RecordStatus
-from community.services import (
-    bulk_leave_community_layer,
-    leave_cache_rewarm_everywhere,
-    leave_community_layer,
-    rejoin_community_layer,
-)
+from community.services.layer import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from community.services.rebuild import leave_cache_rewarm_everywhere
 
 pytestmark = pytest.mark.django_db
 

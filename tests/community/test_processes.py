@@ -16,7 +16,7 @@ from django.db import connection
 from community.cache import leave_gate
 from community.membership import MembershipStatus
 from community.models import CommunityLeave
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from tests.conftest import PROJECT_DIR, PYTHON, child_env
 from tests.processes import Worker, wait_for
 

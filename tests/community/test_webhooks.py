@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from community.models import WebhookDelivery, WebhookSubscription
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from community.webhooks.delivery import backoff_seconds, webhook_deliver
 from community.webhooks.lag import lag_samples
 from community.webhooks.sending import post_signed, signed_message

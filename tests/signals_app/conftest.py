@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from community.models import Cohort, Community
-from community.services import group_members_add
+from community.services.groups import group_members_add
 from signals_app.services import ingest_signals
 from signals_app.validation import SignalIn
 from tests.factories import UserFactory

@@ -16,7 +16,7 @@ from django.db import connection, connections, transaction
 
 from community.cache import leave_cache, leave_gate
 from community.models import ChangeAction, LeaveClock, LeaveHistory
-from community.services import erase_community_layer, leave_community_layer, rejoin_community_layer
+from community.services.layer import erase_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.erasure import erase_user, settle_erasures
 from signals_app.models import CohortAggregate, CommunityAggregate, Signal
 from signals_app.services import _drop_if_erased_meanwhile, ingest_signals, process_signals

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from community.cache import leave_gate
 from community.models import LeaveHistory
-from community.services import leave_community_layer
+from community.services.layer import leave_community_layer
 from signals_app.erasure import erase_user, erasure_job_create, erasure_job_run, restart_stalled_erasure_jobs
 from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, Signal
 from signals_app.services import process_signals

@@ -14,7 +14,7 @@ from django.db import connection
 
 from community.cache import leave_cache
 from community.models import CommunityLeave, LeaveClock
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
 from signals_app.services import (
     process_signals,
@@ -317,7 +317,7 @@ def test_the_clock_row_is_read_by_the_verifier_only_through_the_history(sender, 
 
 
 def test_a_setting_requires_idempotency_keys_of_service_accounts(api, settings) -> None:
-    from community.services import create_service_account
+    from community.services.service_accounts import create_service_account
 
     settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS = True
     create_service_account(username="svc", perms=["signals_app.add_signal"])

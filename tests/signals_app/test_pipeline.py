@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from community.cache import leave_gate
 from community.models import CommunityLeave
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app import sql
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.selectors import outcome_summary
@@ -269,7 +269,7 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
     Returns (queries, aggregate rows written per table).
     """
-    from community.services import bulk_leave_community_layer
+    from community.services.layer import bulk_leave_community_layer
 
     users = [first_user + i for i in range(size - 1)]
     ids = ingest(sender, *(sig(u, item_id=u) for u in users), sig(999_999))
@@ -281,7 +281,7 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
 
 def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohort) -> None:
-    from community.services import group_members_add
+    from community.services.groups import group_members_add
 
     users = range(1000, 1600)
     group_members_add(group=community, user_ids=users)
