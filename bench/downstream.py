@@ -79,7 +79,7 @@ def child_export(server: str, broker: str) -> None:
 
 
 def fill_changes(count: int) -> None:
-    from community.services import bulk_leave_community_layer
+    from community.services.layer import bulk_leave_community_layer
 
     for start in range(0, count, 1000):
         bulk_leave_community_layer(user_ids=range(start, min(count, start + 1000)), reason="bench")
@@ -126,8 +126,8 @@ def bench_feed(changes: int) -> dict[str, Any]:
 
 
 def bench_latency(samples: int, broker: str) -> dict[str, Any]:
-    from community.services import leave_community_layer
-    from community.webhooks import webhook_subscription_create
+    from community.services.layer import leave_community_layer
+    from community.webhooks.subscriptions import webhook_subscription_create
 
     arrivals: dict[int, float] = {}
     lock = threading.Lock()

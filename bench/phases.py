@@ -23,10 +23,11 @@ from django.test.utils import CaptureQueriesContext
 
 from bench import tools
 from bench.report import Row, mib, ms, ns, ratio, us
-from community.cache import LeaveGate
+from community.cache import leave_cache, leave_gate
+from community.cache.gate import LeaveGate
 from community.membership import MembershipStatus
 from community.models import ChangeSource, CommunityLeave, LeaveClock
-from community.services import bulk_leave_community_layer
+from community.services.layer import bulk_leave_community_layer
 
 TABLE = CommunityLeave._meta.db_table
 # psycopg's fetch of the same ids the gate holds (the records that are not ACTIVE).
@@ -62,12 +63,12 @@ def progress(message: str) -> None:
 
 
 def gate() -> LeaveGate:
-    return CommunityLeave.objects.gate()
+    return leave_gate()
 
 
 def cold_gate() -> LeaveGate:
     """Forget the cache, then sync: a full warm from the records."""
-    CommunityLeave.objects.cache.reset()
+    leave_cache.reset()
     return gate()
 
 
@@ -168,7 +169,7 @@ class Bench:
         progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
         cases = {
             "floor": tools.Case(run=self.floor_fetch),
-            "warm": tools.Case(run=gate, prepare=CommunityLeave.objects.cache.reset),
+            "warm": tools.Case(run=gate, prepare=leave_cache.reset),
         }
         tools.time_rounds(cases, 1)  # untimed: first use of each path
         timing = tools.time_rounds(cases, opts.warm_rounds)
@@ -187,7 +188,7 @@ class Bench:
         expected = {user_id for user_id, value in records if is_gated(value)}
         warmed = cold_gate()
         self.check(
-            CommunityLeave.objects.cache.size == len(expected)
+            leave_cache.size == len(expected)
             and all(warmed.is_left(user_id) == (user_id in expected) for user_id, _ in records),
             f"the warmed cache gates exactly the LEFT records ({label})",
         )
@@ -283,7 +284,7 @@ class Bench:
     def fence(self, count: int) -> None:
         opts = self.options
         progress(f"fence, nothing changed, {count:,} records")
-        cache = CommunityLeave.objects.cache
+        cache = leave_cache
         cold_gate()
         warms = cache.warms
         with CaptureQueriesContext(connection) as captured:
@@ -371,7 +372,7 @@ class Bench:
         opts = self.options
         rng = random.Random(opts.seed + 3)
         space = tools.ID_SPACE * opts.records
-        cache = CommunityLeave.objects.cache
+        cache = leave_cache
         # Untimed: the first write after the load pays one-off costs (about 80 ms here).
         first = tools.absent_ids(present, LEAVE_CHUNK, space=space, rng=rng)
         present.update(first)

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from community.models import ChangeSource, Cohort, CohortMember, Community, CommunityMember
-from community.services import bulk_leave_community_layer
+from community.services.layer import bulk_leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 
 SIGNAL_TABLE = Signal._meta.db_table

@@ -34,8 +34,9 @@ from bench.pipeline_data import SIGNAL_TABLE, Dataset, Expected, Written
 from bench.pipeline_probe import CountingGate, Probe, top_functions
 from bench.processes import Child, Children, wait_until
 from bench.report import Row, ms, ratio, us
+from community.cache import leave_cache, leave_gate
 from community.models import ChangeSource, CommunityLeave, LeaveClock
-from community.services import bulk_leave_community_layer, bulk_rejoin_community_layer
+from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.services import enqueue_signal_processing, process_signals
 
@@ -413,8 +414,8 @@ class PipelineBench:
         fence = LeaveClock.objects.get().version
         pipeline_data.load_pending(self.conn, self.data, fence=fence)
         batches = [list(range(start + 1, min(start + size, count) + 1)) for start in range(0, count, size)]
-        CommunityLeave.objects.cache.reset()
-        CommunityLeave.objects.gate()  # warm, as worker_process_init does in a worker
+        leave_cache.reset()
+        leave_gate()  # warm, as worker_process_init does in a worker
         outsiders = range(max(self.data.user_ids) + 1, max(self.data.user_ids) + 1 + WHILE_QUEUED_CHANGES // 2)
         bulk_leave_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
         bulk_rejoin_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
@@ -442,7 +443,7 @@ class PipelineBench:
         self.profile_text = top_functions(profiler, 18)
 
         # The look-up's own cost, on the very user ids of the timed batches, through the real gate.
-        gate = CommunityLeave.objects.gate()
+        gate = leave_gate()
         user_ids = [row[1] for row in self.data.signals[size : (timed + 1) * size]]
         lookups = tools.statement_rounds(
             {"loop": "for user_id in ids: pass", "gate": "for user_id in ids: gate.is_left(user_id, since=fence)"},

@@ -20,8 +20,8 @@ from typing import Any
 
 from django.db import connections
 
-from community.cache import LeaveGate
-from community.models import CommunityLeave
+from community.cache import leave_cache, leave_gate
+from community.cache.gate import LeaveGate
 from signals_app import services
 from signals_app.services import process_signals
 
@@ -97,8 +97,7 @@ class Probe:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        manager = CommunityLeave.objects
-        original_gate = manager.gate
+        original_gate = leave_cache.sync
         db = connections["default"]
         original_commit = db._commit
 
@@ -125,14 +124,14 @@ class Probe:
             finally:
                 self.preload += time.perf_counter() - started
 
-        manager.gate = timed_gate  # type: ignore[method-assign]
+        leave_cache.sync = timed_gate  # type: ignore[method-assign]
         db._commit = timed_commit  # type: ignore[method-assign]
         LeaveGate.preload = timed_preload  # type: ignore[method-assign]
         try:
             with db.execute_wrapper(self.execute):
                 yield
         finally:
-            del manager.gate
+            del leave_cache.sync
             del db._commit
             LeaveGate.preload = original_preload  # type: ignore[method-assign]
 
@@ -160,7 +159,8 @@ class Probe:
 
 
 class CountingGate:
-    """Wraps gate() so that the gate it returns counts its is_left calls (for the cProfile pass)."""
+    """Wraps the cache's sync (what gate() returns): the gate it returns counts its is_left calls
+    (for the cProfile pass)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -168,17 +168,16 @@ class CountingGate:
     @classmethod
     def install(cls) -> CountingGate:
         counting = cls()
-        manager = CommunityLeave.objects
-        original = manager.gate
+        original = leave_cache.sync
 
-        def gate(*args: Any, **kwargs: Any) -> Any:
+        def sync(*args: Any, **kwargs: Any) -> Any:
             return _Counted(original(*args, **kwargs), counting)
 
-        manager.gate = gate  # type: ignore[method-assign]
+        leave_cache.sync = sync  # type: ignore[method-assign]
         return counting
 
     def uninstall(self) -> None:
-        del CommunityLeave.objects.gate
+        del leave_cache.sync
 
 
 class _Counted:
@@ -197,4 +196,4 @@ class _Counted:
         return getattr(self._gate, name)
 
 
-assert services.CommunityLeave is CommunityLeave  # the wrappers above reach what services calls
+assert services.leave_gate is leave_gate  # the wrappers above reach what services calls

@@ -23,11 +23,12 @@ def main(what: str) -> None:
     django.setup()
     from bench import tools
     from bench.phases import FLOOR_WARM_SQL
-    from community.models import CommunityLeave, LeaveClock
+    from community.cache import leave_cache, leave_gate
+    from community.models import LeaveClock
 
     if what == "warm":
         LeaveClock.objects.get(pk=1)  # connect first: the connection is not the warm's cost
-        _, peak = tools.rss_peak(CommunityLeave.objects.gate)
+        _, peak = tools.rss_peak(leave_gate)
         print(json.dumps({"peak": peak}))
     elif what == "retained":
         # What a warmed process keeps for its gate: a first warm loads and sets up everything
@@ -35,11 +36,11 @@ def main(what: str) -> None:
         # the gate is then dropped, and what a second warm keeps is the gate's own memory.
         LeaveClock.objects.get(pk=1)
         started = time.perf_counter()
-        CommunityLeave.objects.gate()
+        leave_gate()
         seconds = time.perf_counter() - started
-        CommunityLeave.objects.cache.reset()
-        gate, retained = tools.rss_retained(CommunityLeave.objects.gate)
-        size = CommunityLeave.objects.cache.size
+        leave_cache.reset()
+        gate, retained = tools.rss_retained(leave_gate)
+        size = leave_cache.size
         rss = tools.resident_bytes()
         print(json.dumps({"retained": retained, "held": size, "seconds": seconds, "rss": rss, "gate": bool(gate)}))
     else:

@@ -22,7 +22,7 @@ class CommunityConfig(AppConfig):
         # Webhook lag gauges are read from the database when /metrics is scraped (no query here).
         from tidalproject import metrics
 
-        from .webhooks import lag_metrics
+        from .webhooks.lag import lag_metrics
 
         if lag_metrics not in metrics.SCRAPE_COLLECTORS:
             metrics.SCRAPE_COLLECTORS.append(lag_metrics)

@@ -8,21 +8,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .cache import LeaveCache, LeaveGate, RecordStatus
 from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, slug_validator
 from .membership import MAX_USER_ID, CommunityMembership, deserialize_membership
-
-
-class CommunityLeaveManager(models.Manager["CommunityLeave"]):
-    """Holds the process-local leave cache (shared by every copy Django makes of it)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cache = LeaveCache()
-
-    def gate(self, using: str | None = None) -> LeaveGate:
-        """Sync the fence and return the gate: call once per batch, then look up freely."""
-        return self.cache.sync(using or self.db)
+from .record_status import RecordStatus
 
 
 class CommunityLeave(models.Model):
@@ -30,8 +18,6 @@ class CommunityLeave(models.Model):
 
     user_id = models.BigIntegerField(primary_key=True)
     value = models.BinaryField(max_length=9, editable=False)
-
-    objects = CommunityLeaveManager()
 
     class Meta:
         verbose_name = "community leave record"
@@ -268,7 +254,6 @@ __all__ = [
     "LeaveClock",
     "LeaveHistory",
     "MemberGroup",
-    "RecordStatus",
     "WebhookDelivery",
     "WebhookSubscription",
     "slug_validator",

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from tidalproject.paging import EXACT_BELOW, estimated_rows
 
-from .cache import CORRUPT
 from .membership import CommunityMembership, MembershipStatus, default_active, deserialize_membership
-from .models import ChangeAction, CommunityLeave, LeaveClock, LeaveHistory, RecordStatus
+from .models import ChangeAction, CommunityLeave, LeaveClock, LeaveHistory
+from .record_status import CORRUPT, RecordStatus
 
 _STATUS_CODES = {"active": MembershipStatus.ACTIVE, "left": MembershipStatus.LEFT, "corrupt": CORRUPT}
 

@@ -10,8 +10,9 @@ from django.db import InterfaceError, OperationalError
 
 from tidalproject.celery import sweep_task
 
-from .models import CommunityLeave
-from .webhooks import schedule_next, webhook_deliver, webhooks_sweep
+from .cache import leave_cache
+from .webhooks.delivery import webhook_deliver
+from .webhooks.waking import schedule_next, webhooks_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 @shared_task(soft_time_limit=60, time_limit=90, ignore_result=True)
 def report_leave_cache() -> dict[str, Any]:
     """Log this worker process's leave cache, checked against the records (operators, drills)."""
-    state = CommunityLeave.objects.cache.report(compare=True)
+    state = leave_cache.report(compare=True)
     logger.info("leave cache report: %s", " ".join(f"{k}={v}" for k, v in state.items()))
     return state
 

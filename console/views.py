@@ -33,7 +33,12 @@ from community.selectors import (
     leave_changes_per_day,
     leave_record_counts,
 )
-from community.services import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from community.services.layer import (
+    LayerChange,
+    bulk_leave_community_layer,
+    leave_community_layer,
+    rejoin_community_layer,
+)
 from signals_app.selectors import outcomes_per_hour, user_recent_signals
 
 from .charts import CHANGE_COLORS, OUTCOME_COLORS, stacked_bar_chart

@@ -12,7 +12,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from community.admin import UserIdSearchMixin
+from community.admin.common import UserIdSearchMixin
 from community.admin_links import user_page_url
 from community.forms import BulkLeaveForm
 from community.ids import parse_user_id

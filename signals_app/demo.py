@@ -34,7 +34,8 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
 
     from accounts.services import token_issue
     from community.models import Cohort, Community
-    from community.services import bulk_leave_community_layer, group_members_add
+    from community.services.groups import group_members_add
+    from community.services.layer import bulk_leave_community_layer
 
     if Community.objects.filter(slug__in=DEMO_COMMUNITIES).exists():
         return None

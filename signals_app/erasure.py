@@ -46,7 +46,7 @@ from django.db.models import F, Max, Q
 
 from community.membership import CommunityMembership, MembershipStatus
 from community.models import ChangeAction, ChangeSource, LeaveClock, LeaveHistory
-from community.services import erase_community_layer
+from community.services.layer import erase_community_layer
 from tidalproject import metrics
 
 from .models import Signal

@@ -15,8 +15,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, transacti
 from django.db.models import Q
 from django.utils import timezone
 
-from community.cache import LeaveGate
-from community.models import CommunityLeave
+from community.cache import leave_gate
+from community.cache.gate import LeaveGate
 from tidalproject import metrics
 
 from .models import GatedReason, Outcome, Signal
@@ -46,7 +46,7 @@ def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
     of a user who is erased and still left is not stored at all: counted as suppressed.
     """
     with transaction.atomic():
-        gate = CommunityLeave.objects.gate()
+        gate = leave_gate()
         kept = [s for s in signals if not gate.is_erased(s.user_id)]
         rows = [
             (s.user_id, s.item_id, s.kind, s.weight, s.occurred_at, s.idempotency_key, *_receipt(gate, s.user_id))
@@ -76,7 +76,7 @@ def _drop_if_erased_meanwhile(signal_ids: list[int], user_ids: set[int]) -> None
     now. Either that erasure committed first, and this sync sees it, or it commits later,
     and its settle pass sees these rows. A failure here is left to the sweep."""
     try:
-        gate = CommunityLeave.objects.gate()
+        gate = leave_gate()
         erased = [user_id for user_id in user_ids if gate.is_erased(user_id)]
         if erased:
             dropped, _ = Signal.objects.filter(id__in=signal_ids, user_id__in=erased).delete()
@@ -188,7 +188,7 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
         rows = lock_pending(signal_ids)
         if not rows:
             return BatchReport()
-        gate = CommunityLeave.objects.gate()
+        gate = leave_gate()
         fence = gate.version
         batch = [Queued(signal_id, user_id, fence if since is None else since) for signal_id, user_id, _, since in rows]
         earliest: dict[int, int] = {}

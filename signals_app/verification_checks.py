@@ -32,10 +32,10 @@ from django.db import connection
 from django.db.models import Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from community.cache import RecordStatus
 from community.groups import GroupAggregate
 from community.membership import MembershipStatus
 from community.models import ChangeAction, LeaveHistory
+from community.record_status import RecordStatus
 
 from .models import GatedReason, Outcome, Signal, hour_bucket
 from .sql import credited_column, quoted

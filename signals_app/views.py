@@ -18,8 +18,9 @@ from rest_framework.views import APIView
 from community.access import needs, own_user_id_or
 from community.models import ChangeSource
 from community.permissions import ADD_SIGNALS, ERASE_ANY, READ_ANY_SIGNALS
-from community.serializers import TopItemSerializer, TopItemsSerializer, WindowQuerySerializer
-from community.views import USER_ID_PARAM, CohortViewSet, CommunityViewSet, parse_path_user_id
+from community.serializers.groups import TopItemSerializer, TopItemsSerializer, WindowQuerySerializer
+from community.views.groups import CohortViewSet, CommunityViewSet
+from community.views.user_ids import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle
 from tidalproject.roles import is_service_account
 

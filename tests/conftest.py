@@ -7,7 +7,8 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from community.models import CommunityLeave, LeaveClock
+from community.cache import leave_cache
+from community.models import LeaveClock
 from tests.factories import UserFactory
 
 
@@ -24,10 +25,10 @@ def _leave_clock_row(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(autouse=True)
 def _fresh_process_state() -> Iterator[None]:
     """Each test starts like a new process: a cold leave cache and empty throttle counters."""
-    CommunityLeave.objects.cache.reset()
+    leave_cache.reset()
     cache.clear()
     yield
-    CommunityLeave.objects.cache.reset()
+    leave_cache.reset()
 
 
 @pytest.fixture

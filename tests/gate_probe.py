@@ -15,8 +15,8 @@ import django
 
 django.setup()
 
-from community.models import CommunityLeave  # noqa: E402
-from community.services import leave_community_layer, rejoin_community_layer  # noqa: E402
+from community.cache import leave_cache, leave_gate  # noqa: E402
+from community.services.layer import leave_community_layer, rejoin_community_layer  # noqa: E402
 
 
 def main() -> None:
@@ -25,8 +25,8 @@ def main() -> None:
         command, *args = line.split()
         ids = [int(a) for a in args]
         if command == "gate":
-            gate = CommunityLeave.objects.gate()
-            cache = CommunityLeave.objects.cache
+            gate = leave_gate()
+            cache = leave_cache
             answer = {
                 "left": [u for u in ids if gate.is_left(u)],
                 "version": gate.version,

@@ -22,7 +22,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from community.models import Cohort, Community, CommunityLeave, LeaveClock, LeaveHistory
-from community.services import group_members_add
+from community.services.groups import group_members_add
 from signals_app.models import Signal
 from signals_app.services import ingest_signals
 from signals_app.validation import SignalIn

@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 
 from community.models import Cohort, Community
-from community.services import group_members_add
+from community.services.groups import group_members_add
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from tests.factories import UserFactory, api_token
 from tests.helpers import manage

@@ -3,7 +3,7 @@
 import pytest
 
 from community.models import CommunityLeave
-from community.services import leave_community_layer
+from community.services.layer import leave_community_layer
 from community.tasks import report_leave_cache
 
 pytestmark = pytest.mark.django_db

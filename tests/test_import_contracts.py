@@ -20,17 +20,40 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _copy_project(tmp_path: Path) -> None:
+    shutil.copy(PROJECT_DIR / "pyproject.toml", tmp_path)
+    for package in PACKAGES:
+        shutil.copytree(PROJECT_DIR / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def test_the_contracts_are_kept() -> None:
     result = _lint_imports(PROJECT_DIR)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_community_importing_signals_app_breaks_the_layers(tmp_path: Path) -> None:
-    shutil.copy(PROJECT_DIR / "pyproject.toml", tmp_path)
-    for package in PACKAGES:
-        shutil.copytree(PROJECT_DIR / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    _copy_project(tmp_path)
     selectors = tmp_path / "community" / "selectors.py"
     selectors.write_text(selectors.read_text() + "\nfrom signals_app.models import Signal  # noqa\n")
     result = _lint_imports(tmp_path)
     assert result.returncode != 0
     assert "community.selectors -> signals_app.models" in result.stdout
+
+
+def test_the_models_importing_the_leave_cache_breaks_its_contract(tmp_path: Path) -> None:
+    _copy_project(tmp_path)
+    models = tmp_path / "community" / "models.py"
+    models.write_text(models.read_text() + "\nfrom community.cache import leave_cache  # noqa\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "community.models -> community.cache" in result.stdout
+
+
+def test_any_community_services_module_importing_drf_breaks_its_contract(tmp_path: Path) -> None:
+    # community.services is a package: the contract covers every module in it.
+    _copy_project(tmp_path)
+    groups = tmp_path / "community" / "services" / "groups.py"
+    groups.write_text(groups.read_text() + "\nimport rest_framework  # noqa\n")
+    result = _lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "community.services.groups -> rest_framework" in result.stdout

@@ -22,9 +22,9 @@ def test_metrics_count_leaves_and_fence_syncs(api, client, member, django_captur
     api.force_authenticate(member)
     with django_capture_on_commit_callbacks(execute=True):
         assert api.post(f"/api/community-layer/{member.pk}/leave/").status_code == 200
-    from community.models import CommunityLeave
+    from community.cache import leave_gate
 
-    CommunityLeave.objects.gate()
+    leave_gate()
     response = client.get("/metrics")
     assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
     after = response.content.decode()

@@ -14,7 +14,7 @@ from django.utils import timezone
 from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 from community.models import CommunityLeave, LeaveHistory
 from community.selectors import leave_record_counts
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import Signal
 from signals_app.selectors import signal_kinds
 from tests.factories import UserFactory

@@ -25,10 +25,10 @@ class LeaveFence(HealthCheck):
     timeout: datetime.timedelta = dataclasses.field(default=datetime.timedelta(seconds=10), repr=False)
 
     def run(self) -> None:
-        from community.models import CommunityLeave
+        from community.cache import leave_gate
 
         try:
-            CommunityLeave.objects.gate()
+            leave_gate()
         except DatabaseError as exc:
             raise ServiceUnavailable("the leave fence cannot be read") from exc
         finally:

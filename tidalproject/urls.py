@@ -4,7 +4,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.views import ObtainToken
-from community.views import CommunityLayerViewSet, LeaveCacheView, WebhookSubscriptionViewSet
+from community.views.layer import CommunityLayerViewSet
+from community.views.leave_cache import LeaveCacheView
+from community.views.webhooks import WebhookSubscriptionViewSet
 from signals_app.views import (
     CohortAttributionViewSet,
     CommunityTrendingViewSet,

@@ -3,7 +3,7 @@ the models), built concurrently on PostgreSQL."""
 
 from django.db import migrations, models
 
-import community.cache
+import community.record_status
 from tidalproject.migration_ops import AddIndexConcurrently
 
 
@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
     operations = [
         AddIndexConcurrently(
             model_name="communityleave",
-            index=models.Index(community.cache.RecordStatus("value"), models.F("user_id"), name="leave_record_status"),
+            index=models.Index(community.record_status.RecordStatus("value"), models.F("user_id"), name="leave_record_status"),
         ),
         AddIndexConcurrently(
             model_name="leavehistory",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from community.services import leave_community_layer
+from community.services.layer import leave_community_layer
 from tests.helpers import log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)

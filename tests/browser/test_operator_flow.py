@@ -14,7 +14,8 @@ from playwright.sync_api import Page, expect
 
 from community.membership import MembershipStatus
 from community.models import Community, CommunityLeave, LeaveHistory
-from community.services import group_members_add, leave_community_layer, rejoin_community_layer
+from community.services.groups import group_members_add
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import Signal
 from signals_app.services import ingest_signals, process_signals
 from signals_app.validation import SignalIn

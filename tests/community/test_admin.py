@@ -11,7 +11,7 @@ from django.urls import reverse
 from community.display import rfc3339
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from tests.factories import UserFactory
 from tests.helpers import logged_in, shown_ids, written
 

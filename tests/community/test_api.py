@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from community.membership import MembershipStatus, serialize_membership
 from community.models import CommunityLeave, LeaveHistory
-from community.services import leave_community_layer
+from community.services.layer import leave_community_layer
 from tests.factories import UserFactory, api_token, service_account
 from tests.helpers import as_client, written
 

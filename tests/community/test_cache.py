@@ -11,15 +11,13 @@ from django.db import DatabaseError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from community.cache import LeaveCache, RecordStatus
+from community.cache import leave_cache, leave_gate
+from community.cache.fence import LeaveCache
 from community.membership import MembershipStatus, deserialize_membership
 from community.models import CommunityLeave, LeaveClock
-from community.services import (
-    bulk_leave_community_layer,
-    leave_cache_rewarm_everywhere,
-    leave_community_layer,
-    rejoin_community_layer,
-)
+from community.record_status import RecordStatus
+from community.services.layer import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from community.services.rebuild import leave_cache_rewarm_everywhere
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +46,7 @@ def test_fence_is_one_query_when_nothing_changed(django_assert_num_queries) -> N
 
 def test_gate_look_up_runs_no_query(django_assert_num_queries) -> None:
     leave_community_layer(user_id=1)
-    gate = CommunityLeave.objects.gate()
+    gate = leave_gate()
     with django_assert_num_queries(0):
         assert [gate.is_left(u) for u in (0, 1, 2)] == [False, True, False]
 
@@ -224,7 +222,7 @@ def test_a_worker_child_comes_up_at_once_however_long_the_warm_takes() -> None:
     from community.cache import warm_after_worker_fork
 
     leave_community_layer(user_id=1)
-    cache = CommunityLeave.objects.cache
+    cache = leave_cache
     cache.reset()
     returned = threading.Event()
     with cache._lock:
@@ -241,15 +239,15 @@ def test_a_change_committed_during_a_warm_is_in_the_version_the_gate_reports(mon
     # Found by verify_stop_forward in the full stop-forward drill: a leave committed between
     # the warm's clock read and its read of the records was gated, but under the older
     # version, so a signal's receipt fence said "active" where the gate had said "left".
-    from community import cache as cache_module
+    from community.cache import loader
 
     leave_community_layer(user_id=1)  # version 1
-    read_gated = cache_module._read_gated
+    read_gated = loader.read_gated
 
     def with_a_leave_in_between(using: str) -> object:
         leave_community_layer(user_id=2)  # version 2, after the warm read the clock
         return read_gated(using)
 
-    monkeypatch.setattr(cache_module, "_read_gated", with_a_leave_in_between)
+    monkeypatch.setattr(loader, "read_gated", with_a_leave_in_between)
     gate = LeaveCache().sync()
     assert gate.is_left(2) and gate.version == 2

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from community.membership import MembershipStatus, serialize_membership
 from community.models import ChangeSource, CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import community_layer_changes
-from community.services import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from community.services.layer import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from tests.factories import UserFactory
 
 BASE = "/api/community-layer"

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from community.cache import leave_gate
 from community.membership import MembershipStatus
 from community.models import CommunityLeave
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from tests.helpers import PROJECT_DIR, PYTHON, child_env, manage
 from tests.processes import Worker, wait_for
 
@@ -82,12 +83,12 @@ def test_a_leave_in_one_process_reaches_the_gate_of_another_at_its_next_fence(pr
 
     assert a.ask("leave 2") == {"status": MembershipStatus.LEFT}  # process A
     assert b.ask("gate 1 2")["left"] == [1, 2]
-    assert CommunityLeave.objects.gate().is_left(2)
+    assert leave_gate().is_left(2)
 
     assert b.ask("rejoin 1") == {"status": MembershipStatus.ACTIVE}  # process B
     answer = a.ask("gate 1 2")
     assert answer["left"] == [2] and answer["warms"] == 1  # followed the feed, no re-warm
-    assert not CommunityLeave.objects.gate().is_left(1)
+    assert not leave_gate().is_left(1)
 
 
 def test_a_process_started_on_a_database_with_records_sees_them(probes) -> None:

@@ -8,13 +8,13 @@ from django.db import IntegrityError
 from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 from community.models import ChangeAction, ChangeSource, CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import community_layer_history, community_layer_status
-from community.services import (
+from community.services.layer import (
     bulk_leave_community_layer,
     bulk_rejoin_community_layer,
-    leave_cache_rewarm_everywhere,
     leave_community_layer,
     rejoin_community_layer,
 )
+from community.services.rebuild import leave_cache_rewarm_everywhere
 
 pytestmark = pytest.mark.django_db
 

@@ -18,20 +18,12 @@ from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from community.models import WebhookDelivery, WebhookSubscription
-from community.services import leave_community_layer, rejoin_community_layer
-from community.webhooks import (
-    UnsafeTarget,
-    address_allowed,
-    backoff_seconds,
-    check_url,
-    lag_samples,
-    post_signed,
-    resolve_target,
-    signed_message,
-    webhook_deliver,
-    webhook_subscription_create,
-    webhook_subscription_update,
-)
+from community.services.layer import leave_community_layer, rejoin_community_layer
+from community.webhooks.delivery import backoff_seconds, webhook_deliver
+from community.webhooks.lag import lag_samples
+from community.webhooks.sending import post_signed, signed_message
+from community.webhooks.ssrf import UnsafeTarget, address_allowed, check_url, resolve_target
+from community.webhooks.subscriptions import webhook_subscription_create, webhook_subscription_update
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

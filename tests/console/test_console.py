@@ -18,7 +18,7 @@ from community import forms
 from community.membership import MembershipStatus
 from community.models import CommunityLeave, LeaveClock, LeaveHistory
 from community.selectors import leave_changes_per_day, leave_record_counts
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour

@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import reverse
 
 from community.models import Cohort, CohortMember, Community, CommunityMember
-from community.services import group_members_add, leave_community_layer
+from community.services.groups import group_members_add
+from community.services.layer import leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.services import process_signals
 from tests.factories import UserFactory

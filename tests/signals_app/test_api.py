@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from community.models import Cohort, CohortMember, Community, CommunityMember
-from community.services import leave_community_layer
+from community.services.layer import leave_community_layer
 from signals_app.models import Signal
 from signals_app.services import process_signals
 from tests.factories import UserFactory
@@ -480,7 +480,7 @@ def test_own_signals_with_outcomes_newest_first(sender, member, community) -> No
     gated = ingest(sender, sig(uid, item_id=2))
     process_signals(signal_ids=gated)
     CommunityMember.objects.filter(user_id=uid).delete()
-    from community.services import rejoin_community_layer
+    from community.services.layer import rejoin_community_layer
 
     rejoin_community_layer(user_id=uid)
     no_target = ingest(sender, sig(uid, item_id=3))

@@ -14,8 +14,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, connections, transaction
 
-from community.models import ChangeAction, CommunityLeave, LeaveClock, LeaveHistory
-from community.services import erase_community_layer, leave_community_layer, rejoin_community_layer
+from community.cache import leave_cache, leave_gate
+from community.models import ChangeAction, LeaveClock, LeaveHistory
+from community.services.layer import erase_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.erasure import erase_user, settle_erasures
 from signals_app.models import CohortAggregate, CommunityAggregate, Signal
 from signals_app.services import _drop_if_erased_meanwhile, ingest_signals, process_signals
@@ -85,7 +86,7 @@ def test_an_erasure_takes_back_exactly_what_the_user_added(contributions) -> Non
         3,
         6,
     )
-    assert CommunityLeave.objects.gate().is_left(GONE)
+    assert leave_gate().is_left(GONE)
     verified()
 
 
@@ -110,7 +111,7 @@ def test_an_unknown_user_is_erased_with_zero_counts() -> None:
     receipt = erase_user(user_id=999_999)
     assert (receipt.signals_removed, receipt.aggregate_rows_changed, receipt.already_erased) == (0, 0, False)
     assert LeaveHistory.objects.get(version=receipt.version).action == ChangeAction.ERASE
-    assert CommunityLeave.objects.gate().is_left(999_999)
+    assert leave_gate().is_left(999_999)
 
 
 def test_an_erased_users_new_signals_are_suppressed_until_a_rejoin(sender, contributions) -> None:
@@ -130,12 +131,12 @@ def test_an_erased_users_new_signals_are_suppressed_until_a_rejoin(sender, contr
 def test_a_fresh_process_knows_who_is_erased(sender, contributions) -> None:
     erase_user(user_id=GONE)
     leave_community_layer(user_id=STAYS)
-    CommunityLeave.objects.cache.reset()  # a new process: warms from the records and history
-    gate = CommunityLeave.objects.gate()
+    leave_cache.reset()  # a new process: warms from the records and history
+    gate = leave_gate()
     assert gate.is_erased(GONE) and not gate.is_erased(STAYS) and gate.is_left(STAYS)
     rejoin_community_layer(user_id=GONE)
-    CommunityLeave.objects.cache.reset()
-    assert not CommunityLeave.objects.gate().is_erased(GONE)
+    leave_cache.reset()
+    assert not leave_gate().is_erased(GONE)
 
 
 def test_a_pending_signal_received_before_the_erasure_is_deleted_at_processing(sender, contributions) -> None:
@@ -345,7 +346,7 @@ def test_a_signal_the_erasure_could_not_see_and_a_batch_attributed_is_taken_back
 
 def test_suppression_costs_no_query_per_signal(sender, contributions, django_assert_max_num_queries) -> None:
     erase_user(user_id=GONE)
-    CommunityLeave.objects.gate()
+    leave_gate()
     with django_assert_max_num_queries(3):
         result = ingest_signals(sender=sender, signals=[sig(GONE, item_id=i) for i in range(200)])
     assert result.suppressed == 200

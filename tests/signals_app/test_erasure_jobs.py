@@ -10,8 +10,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from community.models import CommunityLeave, LeaveHistory
-from community.services import leave_community_layer
+from community.cache import leave_gate
+from community.models import LeaveHistory
+from community.services.layer import leave_community_layer
 from signals_app.erasure import erase_user, erasure_job_create, erasure_job_run, restart_stalled_erasure_jobs
 from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, Signal
 from signals_app.services import process_signals
@@ -206,5 +207,5 @@ def test_a_worker_runs_a_job_sent_on_commit(sender, community) -> None:
     finally:
         worker.stop()
     assert not Signal.objects.filter(user_id=501).exists() and not CommunityAggregate.objects.exists()
-    assert CommunityLeave.objects.gate().is_erased(501)
+    assert leave_gate().is_erased(501)
     assert Permission.objects.filter(codename="erase_communityleave").exists()

@@ -12,8 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from community.cache import leave_cache
 from community.models import CommunityLeave, LeaveClock
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
 from signals_app.services import (
     process_signals,
@@ -91,7 +92,7 @@ def test_the_while_queued_check_reads_the_history_a_fresh_process_has_not_seen(s
     (signal_id,) = ingest(sender, sig(USER))
     leave_community_layer(user_id=USER)
     rejoin_community_layer(user_id=USER)
-    CommunityLeave.objects.cache.reset()  # a worker started after all that
+    leave_cache.reset()  # a worker started after all that
     process_signals(signal_ids=[signal_id])
     assert evidence(signal_id) == ("gated", "left_while_queued", 0, 2)
 
@@ -315,7 +316,7 @@ def test_the_clock_row_is_read_by_the_verifier_only_through_the_history(sender, 
 
 
 def test_a_setting_requires_idempotency_keys_of_service_accounts(api, settings) -> None:
-    from community.services import create_service_account
+    from community.services.service_accounts import create_service_account
 
     settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS = True
     create_service_account(username="svc", perms=["signals_app.add_signal"])

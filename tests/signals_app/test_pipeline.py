@@ -16,8 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from community.cache import leave_gate
 from community.models import CommunityLeave
-from community.services import leave_community_layer, rejoin_community_layer
+from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app import sql
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.selectors import outcome_summary
@@ -161,7 +162,7 @@ def test_each_step_is_gated_at_its_top(step) -> None:
     leave_community_layer(user_id=USER)  # version 1
     leave_community_layer(user_id=USER + 2)  # version 2
     rejoin_community_layer(user_id=USER + 2)  # version 3
-    gate = CommunityLeave.objects.gate()
+    gate = leave_gate()
     batch = [Queued(1, USER, 3), Queued(2, USER + 1, 3), Queued(3, USER + 2, 1), Queued(4, USER + 2, 3)]
     gate.preload({USER + 2: 1})  # as process_signals does: the history the warm did not see
     # left now; active all along; left and back while queued; active since its receipt
@@ -268,7 +269,7 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
     Returns (queries, aggregate rows written per table).
     """
-    from community.services import bulk_leave_community_layer
+    from community.services.layer import bulk_leave_community_layer
 
     users = [first_user + i for i in range(size - 1)]
     ids = ingest(sender, *(sig(u, item_id=u) for u in users), sig(999_999))
@@ -280,12 +281,12 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
 
 
 def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohort) -> None:
-    from community.services import group_members_add
+    from community.services.groups import group_members_add
 
     users = range(1000, 1600)
     group_members_add(group=community, user_ids=users)
     group_members_add(group=cohort, user_ids=users)
-    CommunityLeave.objects.gate()  # warm, as a worker is before its first batch
+    leave_gate()  # warm, as a worker is before its first batch
     small, small_rows = _process_batch_queries(sender, 50, 1000)
     large, large_rows = _process_batch_queries(sender, 500, 1100)
     if connection.vendor == "sqlite":

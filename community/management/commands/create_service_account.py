@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from community.permissions import SERVICE_PERMISSIONS
-from community.services import create_service_account
+from community.services.service_accounts import create_service_account
 
 
 class Command(BaseCommand):

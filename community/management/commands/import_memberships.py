@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from community.services import MembershipImportError, import_memberships
+from community.services.membership_import import MembershipImportError, import_memberships
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from community.services import rebuild_leave_status
+from community.services.rebuild import rebuild_leave_status
 
 
 class Command(BaseCommand):

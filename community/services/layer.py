@@ -1,4 +1,4 @@
-"""Writes to the community layer: leave, rejoin, and the re-warm of every process.
+"""Leaving and rejoining the community layer (one user or many), and an erasure's leave.
 
 Each change runs in one transaction that locks the leave clock first (so versions are
 handed out and committed in order, and concurrent writers for the same user queue up),
@@ -7,42 +7,33 @@ writes the new record, and appends its history row keyed by the new version.
 
 from __future__ import annotations
 
-import csv
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Max
-from tqdm import tqdm
 
 from tidalproject import metrics
 
-from .ids import parse_user_id
-from .membership import (
+from ..membership import (
     CommunityMembership,
     MembershipStatus,
     default_active,
     deserialize_membership,
     serialize_membership,
 )
-from .models import (
+from ..models import (
     MAX_REASON_LENGTH,
     ChangeAction,
     ChangeSource,
-    Cohort,
-    Community,
     CommunityLeave,
     LeaveClock,
     LeaveHistory,
-    slug_validator,
 )
-from .webhooks import kick_webhooks
+from ..webhooks.waking import kick_webhooks
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +111,7 @@ def _change_community_layer(
                 update_fields=["value"],
             )
             transaction.on_commit(partial(_changed, action, source, changed, first_version))
-            # Downstream delivery is woken after commit and never fails the change (webhooks.py).
+            # Downstream delivery is woken after commit and never fails the change (community.webhooks).
             transaction.on_commit(kick_webhooks)
             LeaveHistory.objects.bulk_create(
                 [
@@ -212,171 +203,3 @@ def erase_community_layer(*, user_id: int, actor: Any = None, source: ChangeSour
     user's signals back before it commits: the clock stays locked until then.
     """
     return _change_community_layer(user_ids=[user_id], action=ChangeAction.ERASE, actor=actor, source=source)[user_id]
-
-
-def leave_cache_rewarm_everywhere() -> int:
-    """Bump the clock's generation: every process re-warms at its next sync. Returns it."""
-    with transaction.atomic():
-        clock = LeaveClock.objects.select_for_update().get(pk=1)
-        clock.generation += 1
-        clock.save(update_fields=["generation"])
-    return clock.generation
-
-
-@dataclass(frozen=True)
-class RebuildReport:
-    total: int
-    active: int
-    left: int
-    corrupt: list[tuple[int, bytes]]
-    generation: int
-
-
-def rebuild_leave_status(*, progress: bool = True) -> RebuildReport:
-    """Validate every stored record, then make every process re-warm its cache.
-
-    The progress bar goes to stderr and only on a terminal (``progress`` False hides it).
-    Corrupt records are reported, not changed: the gate keeps treating them as left.
-    """
-    total = CommunityLeave.objects.count()
-    rows = CommunityLeave.objects.order_by("user_id").values_list("user_id", "value").iterator(chunk_size=10_000)
-    counts = {MembershipStatus.ACTIVE: 0, MembershipStatus.LEFT: 0}
-    corrupt: list[tuple[int, bytes]] = []
-    bar = tqdm(
-        rows, total=total, unit="records", desc="leave records", file=sys.stderr, disable=None if progress else True
-    )
-    for user_id, value in bar:
-        record = deserialize_membership(user_id, value)
-        if record is None:
-            corrupt.append((user_id, bytes(value)))
-        else:
-            counts[record.status] += 1
-    generation = leave_cache_rewarm_everywhere()
-    return RebuildReport(
-        total=sum(counts.values()) + len(corrupt),
-        active=counts[MembershipStatus.ACTIVE],
-        left=counts[MembershipStatus.LEFT],
-        corrupt=corrupt,
-        generation=generation,
-    )
-
-
-class SlugTaken(Exception):
-    """Another community or cohort has this slug."""
-
-
-def group_create(*, model: type[Community] | type[Cohort], slug: str, name: str) -> Community | Cohort:
-    try:
-        with transaction.atomic():
-            return model.objects.create(slug=slug, name=name)
-    except IntegrityError:
-        raise SlugTaken(slug) from None
-
-
-@dataclass(frozen=True)
-class MembershipChange:
-    changed: int
-    unchanged: int
-
-
-def group_members_add(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
-    """Add users to a community or cohort; ``unchanged`` counts those already in it."""
-    ids = list(dict.fromkeys(user_ids))
-    model = type(group).members_model
-    field = model.group_field
-    with transaction.atomic():
-        # Locking the group serialises membership changes of one group, so the counts are exact.
-        type(group).objects.select_for_update().get(pk=group.pk)
-        existing = set(model.objects.filter(**{field: group}, user_id__in=ids).values_list("user_id", flat=True))
-        new = [model(**{field: group}, user_id=u) for u in ids if u not in existing]
-        model.objects.bulk_create(new, batch_size=1000)  # type: ignore[arg-type]
-    return MembershipChange(changed=len(new), unchanged=len(existing))
-
-
-def group_members_remove(*, group: Community | Cohort, user_ids: Iterable[int]) -> MembershipChange:
-    """Remove users from a community or cohort; ``unchanged`` counts those not in it."""
-    ids = list(dict.fromkeys(user_ids))
-    model = type(group).members_model
-    field = model.group_field
-    with transaction.atomic():
-        removed, _ = model.objects.filter(**{field: group}, user_id__in=ids).delete()
-    return MembershipChange(changed=removed, unchanged=len(ids) - removed)
-
-
-# The group kinds a membership import names.
-GROUP_KINDS: dict[str, type[Community] | type[Cohort]] = {"community": Community, "cohort": Cohort}
-
-
-class MembershipImportError(ValueError):
-    """A line of a membership import is wrong; nothing was imported."""
-
-
-@dataclass(frozen=True)
-class ImportReport:
-    added: int
-    already: int
-    created: int
-
-
-def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> ImportReport:
-    """Import ``kind,slug,user_id`` lines (kind: community or cohort), all in one transaction."""
-    wanted: dict[tuple[str, str], set[int]] = {}
-    for number, row in enumerate(csv.reader(lines), start=1):
-        if not row or (number == 1 and row[:1] == ["kind"]):
-            continue
-        if len(row) != 3:
-            raise MembershipImportError(f"line {number}: expected 3 fields kind,slug,user_id, got {len(row)}")
-        kind, slug, raw_id = (field.strip() for field in row)
-        if kind not in GROUP_KINDS:
-            raise MembershipImportError(f"line {number}: kind must be community or cohort, got {kind!r}")
-        try:
-            user_id = parse_user_id(raw_id)
-        except ValueError as exc:
-            raise MembershipImportError(f"line {number}: user_id {raw_id!r}: {exc}") from None
-        wanted.setdefault((kind, slug), set()).add(user_id)
-    added = already = created = 0
-    with transaction.atomic():
-        for (kind, slug), user_ids in sorted(wanted.items()):
-            model = GROUP_KINDS[kind]
-            group = model.objects.filter(slug=slug).first()
-            if group is None:
-                if not create_groups:
-                    raise MembershipImportError(f"no {kind} with slug {slug!r} (use --create-groups)")
-                try:
-                    slug_validator(slug)
-                except DjangoValidationError as exc:
-                    raise MembershipImportError(f"{kind} slug {slug!r}: {' '.join(exc.messages)}") from None
-                group = model.objects.create(slug=slug, name=slug)
-                created += 1
-            change = group_members_add(group=group, user_ids=sorted(user_ids))
-            added += change.changed
-            already += change.unchanged
-    return ImportReport(added=added, already=already, created=created)
-
-
-def create_service_account(*, username: str, perms: Iterable[str]) -> str:
-    """Create or update a service account with exactly ``perms``; returns a new API token.
-
-    Each call issues a new token (only its hash is stored, so an old one cannot be shown
-    again); the account's earlier tokens keep working until they expire or are revoked.
-    """
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group, Permission
-
-    from accounts.services import token_issue
-
-    wanted = []
-    for label in perms:
-        app_label, _, codename = label.partition(".")
-        permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
-        if permission is None:
-            raise ValueError(f"no permission {label!r}")
-        wanted.append(permission)
-    with transaction.atomic():
-        user, _ = get_user_model().objects.get_or_create(username=username)
-        group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
-        user.groups.add(group)
-        user.user_permissions.set(wanted)
-        _, token = token_issue(user=user)
-    return token

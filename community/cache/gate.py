@@ -1,0 +1,87 @@
+"""The gate a sync returns: in-memory look-ups at one fence position, no query per signal."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..membership import MembershipStatus
+from ..models import LeaveHistory
+from ..record_status import RecordStatus
+
+if TYPE_CHECKING:
+    from .fence import LeaveCache
+
+
+class LeaveGate:
+    """The gate after a sync: in-memory look-ups, no query per signal.
+
+    ``is_left(user_id)`` answers at this fence position (``version``).
+    ``is_left(user_id, since=v)`` also answers whether the user was left at any version
+    after ``v`` up to this one: the check for a signal received at fence ``v`` that waited in
+    the queue (a leave and a rejoin while it waited still gate it). The process's feed log
+    answers that from memory; what it does not cover (a receipt fence older than the
+    process's warm) is read from the history once per batch by ``preload``.
+    """
+
+    __slots__ = ("_cache", "_held", "_history", "generation", "version")
+
+    def __init__(self, cache: LeaveCache, version: int, generation: int) -> None:
+        self._cache = cache
+        self._held = cache._gated.__contains__  # the process's live bitmap: later feeds show through
+        self._history: dict[int, list[int]] = {}
+        self.version = version
+        self.generation = generation
+
+    def is_corrupt(self, user_id: int) -> bool:
+        return user_id in self._cache._corrupt
+
+    def is_erased(self, user_id: int) -> bool:
+        """Erased and still left: their new signals are not stored at all (suppressed)."""
+        return user_id in self._cache._erased
+
+    def is_left(self, user_id: int, since: int | None = None) -> bool:
+        if self._held(user_id):
+            return True
+        if since is None or since >= self.version:
+            return False
+        return self._left_after(user_id, since)
+
+    def _left_after(self, user_id: int, since: int) -> bool:
+        history = self._history.get(user_id)
+        if history is not None:
+            return any(since < version <= self.version for version in history)
+        cache = self._cache
+        if since >= cache._log_from:
+            last = cache._left_log.get(user_id)
+            if last is None:
+                return False
+            if last <= self.version:
+                return last > since
+        # Not covered in memory (a receipt before this process warmed, or a later sync has
+        # moved the log past this gate): fail closed unless ``preload`` read the history.
+        raise LookupError(f"user {user_id}: no history loaded after version {since}")
+
+    def preload(self, checks: dict[int, int], using: str = "default") -> None:
+        """Read, in one query, the history that ``is_left(user_id, since)`` will need for
+        ``checks`` (user id -> the earliest receipt fence among that user's signals)."""
+        cache = self._cache
+        needed = {
+            user_id: since
+            for user_id, since in checks.items()
+            if since < self.version
+            and user_id not in cache._gated
+            and (since < cache._log_from or cache._left_log.get(user_id, -1) > self.version)
+        }
+        if not needed:
+            return
+        left_versions = (
+            LeaveHistory.objects.using(using)
+            .annotate(record_status=RecordStatus("value"))
+            .exclude(record_status=MembershipStatus.ACTIVE)
+            .filter(user_id__in=list(needed), version__gt=min(needed.values()), version__lte=self.version)
+            .values_list("user_id", "version")
+        )
+        history: dict[int, list[int]] = {user_id: [] for user_id in needed}
+        for user_id, version in left_versions:
+            history[user_id].append(version)
+        self._history.update(history)
