@@ -38,7 +38,8 @@ from community.cache import leave_cache, leave_gate
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
-from signals_app.services import enqueue_signal_processing, process_signals
+from signals_app.services.ingest import enqueue_signal_processing
+from signals_app.services.processing import process_signals
 
 THROUGHPUT_BUDGET = 0.8  # the worker at least 0.8x the set-based floor
 BARE_TABLES_BUDGET = 0.75  # the floor on the project's tables at least 0.75x on bare ones

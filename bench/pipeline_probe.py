@@ -23,7 +23,7 @@ from django.db import connections
 from community.cache import leave_cache, leave_gate
 from community.cache.gate import LeaveGate
 from signals_app import services
-from signals_app.services import process_signals
+from signals_app.services.processing import process_signals
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 

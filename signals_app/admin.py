@@ -23,7 +23,7 @@ from tidalproject.paging import BigTableAdminMixin, recent_filter
 from .erasure import erase_user, erasure_job_create
 from .models import CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal
 from .selectors import outcome_summary, signal_kinds
-from .services import retry_failed_signals
+from .services.processing import retry_failed_signals
 
 
 class KindFilter(admin.SimpleListFilter):

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from .services import ingest_signals
+from .services.ingest import ingest_signals
 from .validation import SignalIn
 
 

@@ -50,7 +50,7 @@ from community.services.layer import erase_community_layer
 from tidalproject import metrics
 
 from .models import Signal
-from .sql import take_back_signals
+from .sql.take_back import take_back_signals
 
 logger = logging.getLogger(__name__)
 

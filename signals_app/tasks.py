@@ -11,7 +11,8 @@ from django.conf import settings
 from tidalproject.celery import sweep_task
 
 from .erasure import erasure_job_run, restart_stalled_erasure_jobs, settle_erasures
-from .services import TRANSIENT_ERRORS, process_signals_isolating_failures, requeue_pending_signals
+from .services.processing import TRANSIENT_ERRORS, process_signals_isolating_failures
+from .services.sweep import requeue_pending_signals
 
 
 @shared_task(

@@ -38,7 +38,7 @@ from community.models import ChangeAction, LeaveHistory
 from community.record_status import RecordStatus
 
 from .models import GatedReason, Outcome, Signal, hour_bucket
-from .sql import credited_column, quoted
+from .sql.common import credited_column, quoted
 
 RELATIVE_TOLERANCE = 1e-9  # weight sums added in another order differ in the last bits
 

@@ -37,7 +37,7 @@ from .serializers import (
     SignalBatchSerializer,
     SignalOutSerializer,
 )
-from .services import ingest_signals
+from .services.ingest import ingest_signals
 from .validation import SignalBatchInvalid, parse_signal_batch
 
 

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 from community.models import Cohort, Community, CommunityLeave, LeaveClock, LeaveHistory
 from community.services.groups import group_members_add
 from signals_app.models import Signal
-from signals_app.services import ingest_signals
+from signals_app.services.ingest import ingest_signals
 from signals_app.validation import SignalIn
 from tests.factories import PASSWORD
 

@@ -17,7 +17,8 @@ from community.models import Community, CommunityLeave, LeaveHistory
 from community.services.groups import group_members_add
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import Signal
-from signals_app.services import ingest_signals, process_signals
+from signals_app.services.ingest import ingest_signals
+from signals_app.services.processing import process_signals
 from signals_app.validation import SignalIn
 from tests.factories import UserFactory
 from tests.helpers import log_in

@@ -22,7 +22,7 @@ from community.services.layer import leave_community_layer, rejoin_community_lay
 from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
-from signals_app.services import process_signals
+from signals_app.services.processing import process_signals
 from tests.factories import OPERATOR_PERMS, UserFactory
 from tests.helpers import ingest, join, logged_in, sig, written
 

@@ -12,7 +12,7 @@ from community.models import Cohort, CohortMember, Community, CommunityMember
 from community.services.groups import group_members_add
 from community.services.layer import leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
-from signals_app.services import process_signals
+from signals_app.services.processing import process_signals
 from tests.factories import UserFactory
 from tests.helpers import ingest, join, logged_in, shown_ids, sig
 

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from community.models import Cohort, CohortMember, Community, CommunityMember
 from community.services.layer import leave_community_layer
 from signals_app.models import Signal
-from signals_app.services import process_signals
+from signals_app.services.processing import process_signals
 from tests.factories import UserFactory
 from tests.helpers import HOUR, as_client, ingest, join, sig
 

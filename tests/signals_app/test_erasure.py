@@ -19,7 +19,8 @@ from community.models import ChangeAction, LeaveClock, LeaveHistory
 from community.services.layer import erase_community_layer, leave_community_layer, rejoin_community_layer
 from signals_app.erasure import erase_user, settle_erasures
 from signals_app.models import CohortAggregate, CommunityAggregate, Signal
-from signals_app.services import _drop_if_erased_meanwhile, ingest_signals, process_signals
+from signals_app.services.ingest import _drop_if_erased_meanwhile, ingest_signals
+from signals_app.services.processing import process_signals
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
 from tests.helpers import HOUR, ingest, join, sig

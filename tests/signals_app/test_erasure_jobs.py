@@ -15,7 +15,7 @@ from community.models import LeaveHistory
 from community.services.layer import leave_community_layer
 from signals_app.erasure import erase_user, erasure_job_create, erasure_job_run, restart_stalled_erasure_jobs
 from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, Signal
-from signals_app.services import process_signals
+from signals_app.services.processing import process_signals
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
 from tests.helpers import ingest, join, logged_in, sig

@@ -16,11 +16,8 @@ from community.cache import leave_cache
 from community.models import CommunityLeave, LeaveClock
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
-from signals_app.services import (
-    process_signals,
-    process_signals_isolating_failures,
-    requeue_pending_signals,
-)
+from signals_app.services.processing import process_signals, process_signals_isolating_failures
+from signals_app.services.sweep import requeue_pending_signals
 from tests.helpers import backdate, ingest, join, run_command, sig
 
 pytestmark = pytest.mark.django_db
@@ -233,7 +230,7 @@ def backdate_received_only(ids: list[int]) -> None:
 
 
 def test_the_sweep_does_not_send_again_while_a_backlog_may_still_hold_the_task(sender, empty_queue) -> None:
-    from signals_app.services import enqueue_signal_processing
+    from signals_app.services.ingest import enqueue_signal_processing
 
     ids = ingest(sender, sig(USER), sig(USER + 1))
     enqueue_signal_processing(ids)  # a real task in the real queue, and no worker: a backlog

@@ -19,17 +19,12 @@ from kombu.exceptions import OperationalError as BrokerError
 from community.cache import leave_gate
 from community.models import CommunityLeave
 from community.services.layer import leave_community_layer, rejoin_community_layer
-from signals_app import sql
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.selectors import outcome_summary
-from signals_app.services import (
-    Queued,
-    ingest_signals,
-    process_signals,
-    requeue_pending_signals,
-    try_cohort_attribution,
-    try_community_forwarding,
-)
+from signals_app.services.ingest import ingest_signals
+from signals_app.services.processing import Queued, process_signals, try_cohort_attribution, try_community_forwarding
+from signals_app.services.sweep import requeue_pending_signals
+from signals_app.sql import common as sql
 from tests.factories import UserFactory
 from tests.helpers import HOUR, backdate, ingest, join, sig
 
@@ -292,7 +287,7 @@ def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohor
     if connection.vendor == "sqlite":
         # SQLite gets multi-row VALUES of a bounded size (its parameter limit): one more
         # statement per table for each full chunk, not one per signal.
-        per_statement = sql._SQLITE_ROWS_PER_STATEMENT // 7
+        per_statement = sql.SQLITE_ROWS_PER_STATEMENT // 7
         extra = 2 * (math.ceil(large_rows / per_statement) - math.ceil(small_rows / per_statement))
         assert large_rows > per_statement  # the case is really exercised
     else:

@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from signals_app.services import requeue_pending_signals
+from signals_app.services.sweep import requeue_pending_signals
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from signals_app.services import retry_failed_signals
+from signals_app.services.processing import retry_failed_signals
 
 
 class Command(BaseCommand):

@@ -1,0 +1,1 @@
+"""Writes of the signal pipeline: ingest.py (receipt), processing.py (the gate's home), sweep.py."""
