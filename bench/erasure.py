@@ -10,7 +10,7 @@ items, three kinds of hour in 24 hours, credited to 3 communities and 2 cohorts;
 users with as many signals in all on the same items, so that most aggregate rows are shared
 (decremented, ``last_at`` recomputed) and some are the erased user's alone (deleted).
 
-The product: ``signals_app.erasure.erase_user`` (clock lock, history row, locking the rows,
+The product: ``signals_app.erasure.user_erase`` (clock lock, history row, locking the rows,
 the set-based subtraction, deleting the signals, the receipt, the settle pass). The floor: the
 same subtraction and deletion hand-written on plain psycopg in one transaction (lock, one
 statement per aggregate table, one DELETE), without the history, the fence or the settle pass.
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
     from django.core.management import call_command
 
     from community.models import Cohort, Community
-    from signals_app.erasure import erase_user
+    from signals_app.erasure import user_erase
     from signals_app.models import Signal
     from signals_app.verification import verify_stop_forward
 
@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
             for step in steps:
                 if step == "product":
                     t0 = time.perf_counter()
-                    receipts.append(erase_user(user_id=mine))
+                    receipts.append(user_erase(user_id=mine))
                     product.append(time.perf_counter() - t0)
                 else:
                     floor.append(floor_erase(database_url, theirs))
@@ -211,7 +211,7 @@ alternating. Produced by:
 
 | | seconds (median) | rounds |
 |---|---|---|
-| product: `erase_user` | {p:.3f} | {", ".join(f"{x:.3f}" for x in product)} |
+| product: `user_erase` | {p:.3f} | {", ".join(f"{x:.3f}" for x in product)} |
 | floor: hand-written SQL | {f:.3f} | {", ".join(f"{x:.3f}" for x in floor)} |
 | ratio (budget {BUDGET:g}x) | **{ratio:.2f}x** {"PASS" if ratio <= BUDGET else "FAIL"} | |
 

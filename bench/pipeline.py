@@ -5,7 +5,7 @@
 
 1. processing throughput of one real Celery worker (prefork, concurrency 1, Redis broker)
    against a plain-psycopg pipeline doing the same writes (bench/pipeline_floor.py);
-2. the gate's and the fence's share of process_signals, profiled in this process;
+2. the gate's and the fence's share of signals_process, profiled in this process;
 3. signals accepted per second by POST /api/signals/ on gunicorn, against bare bulk inserts.
 
 Creates its own PostgreSQL database (tidal_bench_pipeline) and uses its own Redis database
@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
     print()
     print(report.text_table("FOR INFORMATION", bench.info))
     print()
-    print("PROFILE of process_signals (cProfile of further batches, in this process)")
+    print("PROFILE of signals_process (cProfile of further batches, in this process)")
     print(bench.profile_text)
     for what in bench.failed_checks:
         print(f"CHECK FAILED: {what}")
@@ -266,7 +266,7 @@ def markdown_section(command: str, facts: list[tuple[str, str]], bench: Any, pas
 
 {report.markdown_table(bench.info)}
 
-#### Profile of process_signals (cProfile of further batches, in the benchmark's process)
+#### Profile of signals_process (cProfile of further batches, in the benchmark's process)
 
 ```
 {bench.profile_text}

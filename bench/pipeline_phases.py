@@ -38,8 +38,8 @@ from community.cache import leave_cache, leave_gate
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
-from signals_app.services.ingest import enqueue_signal_processing
-from signals_app.services.processing import process_signals
+from signals_app.services.ingest import signals_enqueue
+from signals_app.services.processing import signals_process
 
 THROUGHPUT_BUDGET = 0.8  # the worker at least 0.8x the set-based floor
 BARE_TABLES_BUDGET = 0.75  # the floor on the project's tables at least 0.75x on bare ones
@@ -58,7 +58,7 @@ CELERY_QUEUE = "celery"
 @dataclass(frozen=True)
 class Options:
     rounds: int  # floor/product pairs for budget 1, alternated
-    profile_batches: int  # timed process_signals batches for budget 2
+    profile_batches: int  # timed signals_process batches for budget 2
     cprofile_batches: int  # further batches run under cProfile (and counting the gate calls)
     lookup_rounds: int
     ingest_seconds: float
@@ -332,7 +332,7 @@ class PipelineBench:
         """Enqueue every pending signal, start one worker, wait until none is pending."""
         count = len(self.data.signals)
         self.broker.flushdb()
-        enqueue_signal_processing(list(range(1, count + 1)))
+        signals_enqueue(list(range(1, count + 1)))
         queued = self.broker.llen(CELERY_QUEUE)
         expected_tasks = math.ceil(count / settings.SIGNAL_BATCH_SIZE)
         self.check(queued == expected_tasks, f"{expected_tasks} tasks queued before the worker starts (found {queued})")
@@ -406,7 +406,7 @@ class PipelineBench:
         count = len(self.data.signals)
         timed = min(opts.profile_batches, count // size - opts.cprofile_batches - 1)
         progress(
-            f"process_signals in this process: 1 warm-up + {timed} timed + {opts.cprofile_batches} profiled batches"
+            f"signals_process in this process: 1 warm-up + {timed} timed + {opts.cprofile_batches} profiled batches"
         )
         # Every signal received at the current clock version; then, after the worker warmed,
         # leaves and rejoins of users without signals here: every signal's fence window holds
@@ -420,7 +420,7 @@ class PipelineBench:
         outsiders = range(max(self.data.user_ids) + 1, max(self.data.user_ids) + 1 + WHILE_QUEUED_CHANGES // 2)
         bulk_leave_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
         bulk_rejoin_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
-        process_signals(signal_ids=batches[0])  # warm-up: the first use of each query path
+        signals_process(signal_ids=batches[0])  # warm-up: the first use of each query path
 
         probe = Probe()
         with probe.installed():
@@ -433,14 +433,14 @@ class PipelineBench:
         try:
             profiler.enable()
             for ids in batches[timed + 1 : timed + 1 + opts.cprofile_batches]:
-                process_signals(signal_ids=ids)
+                signals_process(signal_ids=ids)
             profiler.disable()
         finally:
             counting.uninstall()
         profiled = opts.cprofile_batches * size
         calls_per_signal = counting.calls / profiled if profiled else 2.0
         # Counted, not assumed (2 today: one in each gated step); none would mean the wrapping missed the gate.
-        self.check(counting.calls > 0, "process_signals calls gate.is_left (counted through a wrapped gate)")
+        self.check(counting.calls > 0, "signals_process calls gate.is_left (counted through a wrapped gate)")
         self.profile_text = top_functions(profiler, 18)
 
         # The look-up's own cost, on the very user ids of the timed batches, through the real gate.
@@ -459,7 +459,7 @@ class PipelineBench:
         per_batch = total / timed
         self.budgets.append(
             Row(
-                f"2. gate() (fence) + is_left look-ups, share of process_signals time, {timed} batches of {size}",
+                f"2. gate() (fence) + is_left look-ups, share of signals_process time, {timed} batches of {size}",
                 f"{percent(share)} ({us((probe.gate + lookup_time) / timed)} of {ms(per_batch)} a batch)",
                 "",
                 "",
@@ -499,14 +499,14 @@ class PipelineBench:
         in_process = probe.processed / total
         self.info.append(
             Row(
-                "2. process_signals in this process, no Celery (time inside process_signals only)",
+                "2. signals_process in this process, no Celery (time inside signals_process only)",
                 rate(in_process),
             )
         )
-        self.info.append(Row("2. process_signals per batch, all of it", ms(per_batch), "", "100%"))
+        self.info.append(Row("2. signals_process per batch, all of it", ms(per_batch), "", "100%"))
         for phase, seconds in probe.breakdown().items():
             self.info.append(
-                Row(f"2. process_signals per batch: {phase}", us(seconds / timed), "", percent(seconds / total))
+                Row(f"2. signals_process per batch: {phase}", us(seconds / timed), "", percent(seconds / total))
             )
 
     # --- budget 3: ingest over HTTP ----------------------------------------------------------

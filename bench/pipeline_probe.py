@@ -23,7 +23,7 @@ from django.db import connections
 from community.cache import leave_cache, leave_gate
 from community.cache.gate import LeaveGate
 from signals_app import services
-from signals_app.services.processing import process_signals
+from signals_app.services.processing import signals_process
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def top_functions(profiler: cProfile.Profile, count: int) -> str:
 
 
 class Probe:
-    """Times process_signals per batch, gate() inside it, each SQL statement, and the commit.
+    """Times signals_process per batch, gate() inside it, each SQL statement, and the commit.
 
     gate() is wrapped on the manager instance, SQL through Django's execute_wrapper, the
     commit on the connection object: one clock pair per call, a few per batch.
@@ -137,7 +137,7 @@ class Probe:
 
     def batch(self, ids: list[int]) -> None:
         started = time.perf_counter()
-        report = process_signals(signal_ids=ids)
+        report = signals_process(signal_ids=ids)
         self.total += time.perf_counter() - started
         self.processed += report.processed
         self.batches += 1

@@ -156,7 +156,7 @@ def community_layer_changes(*, after: int, limit: int) -> list[LeaveHistory]:
     return list(LeaveHistory.objects.filter(version__gt=after).order_by("version")[:limit])
 
 
-def wait_for_change(*, after: int, timeout: float, poll: float = 0.25) -> int:
+def community_layer_changes_wait(*, after: int, timeout: float, poll: float = 0.25) -> int:
     """Wait until a version past ``after`` is committed or ``timeout`` seconds pass.
 
     Polls the one-row clock (a primary-key read); returns the clock version last read.

@@ -20,10 +20,10 @@ from community.models import ChangeSource, CommunityLeave
 from community.permissions import CHANGE_SIGNALS, ERASE_ANY
 from tidalproject.paging import BigTableAdminMixin, recent_filter
 
-from .erasure import erase_user, erasure_job_create
+from .erasure import erasure_job_create, user_erase
 from .models import CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal
 from .selectors import outcome_summary, signal_kinds
-from .services.processing import retry_failed_signals
+from .services.processing import failed_signals_retry
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -99,7 +99,7 @@ class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
     @admin.action(description="Retry the selected failed signals", permissions=["retry"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[Signal]) -> None:
         ids = list(queryset.filter(outcome=Outcome.FAILED).values_list("id", flat=True))
-        count = retry_failed_signals(signal_ids=ids)
+        count = failed_signals_retry(signal_ids=ids)
         self.message_user(request, f"{count} failed signal(s) put back to pending and enqueued.", messages.SUCCESS)
 
 
@@ -217,7 +217,7 @@ class ErasureJobAdmin(admin.ModelAdmin[ErasureJob]):
             self.message_user(request, f"User id {user_id!r}: {exc}", messages.ERROR)
             return redirect("admin:community_console")
         if request.method == "POST":
-            receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
+            receipt = user_erase(user_id=uid, actor=request.user, source=ChangeSource.ADMIN)
             if receipt.already_erased:
                 text = f"User {uid} was already erased (version {receipt.version}): nothing changed."
             else:

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from .services.ingest import ingest_signals
+from .services.ingest import signals_ingest
 from .validation import SignalIn
 
 
@@ -64,7 +64,7 @@ def seed_demo(*, users: int, signals: int, seed: int) -> DemoReport | None:
         for _ in range(signals)
     ]
     for start in range(0, len(batch), 1000):
-        ingest_signals(sender=service, signals=batch[start : start + 1000])
+        signals_ingest(sender=service, signals=batch[start : start + 1000])
     return DemoReport(
         communities=len(communities),
         cohorts=len(cohorts),

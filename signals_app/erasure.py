@@ -1,6 +1,6 @@
 """Erasure: a leave that also takes back the past, exactly, in one transaction, on the record.
 
-``erase_user`` runs, all or nothing:
+``user_erase`` runs, all or nothing:
 
 1. the leave clock is locked as for a leave, and ``community``'s leave core writes an
    ``erase`` history row at a new version (even when the user is already left), so every
@@ -93,7 +93,7 @@ def _received_before(user_id: int, version: int) -> Q:
     return Q(user_id=user_id) & (Q(fence_at_receipt__isnull=True) | Q(fence_at_receipt__lt=version))
 
 
-def erase_user(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> ErasureReceipt:
+def user_erase(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> ErasureReceipt:
     """Erase ``user_id`` (module docstring): they leave, every past contribution of theirs is
     taken back from the aggregates and their stored signals are deleted. Returns the receipt.
 
@@ -114,7 +114,7 @@ def erase_user(*, user_id: int, actor: Any = None, source: ChangeSource = Change
         LeaveHistory.objects.filter(version=change.version).update(
             signals_removed=removed, aggregate_rows_changed=rows_changed
         )
-    settle_erasure(user_id=user_id, version=change.version)
+    erasure_settle(user_id=user_id, version=change.version)
     entry = LeaveHistory.objects.get(version=change.version)
     transaction.on_commit(lambda: _erased(entry))
     return _receipt(entry, already_erased=False)
@@ -140,7 +140,7 @@ def _erased(entry: LeaveHistory) -> None:
     )
 
 
-def settle_erasure(*, user_id: int, version: int) -> tuple[int, int]:
+def erasure_settle(*, user_id: int, version: int) -> tuple[int, int]:
     """Take back what is left of ``user_id``'s signals received before erase ``version``
     (written by transactions concurrent with the erasure), adding the counts to its receipt.
     Idempotent; returns (signals removed, aggregate rows changed) by this call."""
@@ -158,7 +158,7 @@ def settle_erasure(*, user_id: int, version: int) -> tuple[int, int]:
     return removed, rows_changed
 
 
-def settle_erasures(*, limit: int = 10_000) -> int:
+def erasures_settle(*, limit: int = 10_000) -> int:
     """The sweep's safety net: settle every erasure that still has signals of its user
     received before it. Returns how many erasures had something to settle."""
     latest = (
@@ -170,7 +170,7 @@ def settle_erasures(*, limit: int = 10_000) -> int:
     settled = 0
     for user_id, version in latest.iterator(chunk_size=2000):
         if Signal.objects.filter(_received_before(user_id, version)).exists():
-            removed, _ = settle_erasure(user_id=user_id, version=version)
+            removed, _ = erasure_settle(user_id=user_id, version=version)
             settled += 1
             metrics.SIGNALS_ERASED.labels(stage="sweep").inc(removed)
             if settled >= limit:
@@ -178,11 +178,11 @@ def settle_erasures(*, limit: int = 10_000) -> int:
     return settled
 
 
-def erase_users(
+def users_erase(
     *, user_ids: Iterable[int], actor: Any = None, source: ChangeSource = ChangeSource.COMMAND
 ) -> list[ErasureReceipt]:
-    """Erase each user in turn, each in a transaction of its own (``erase_user``)."""
-    return [erase_user(user_id=user_id, actor=actor, source=source) for user_id in dict.fromkeys(user_ids)]
+    """Erase each user in turn, each in a transaction of its own (``user_erase``)."""
+    return [user_erase(user_id=user_id, actor=actor, source=source) for user_id in dict.fromkeys(user_ids)]
 
 
 # --- bulk erasure -------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def erasure_job_run(*, job_id: int) -> Any:
     pending = ErasureJobUser.objects.filter(job=job, state=ErasureJobUser.State.PENDING).order_by("position")
     for entry in list(pending.only("id", "user_id")):
         try:
-            receipt = erase_user(user_id=entry.user_id, actor=job.created_by, source=ChangeSource(job.source))
+            receipt = user_erase(user_id=entry.user_id, actor=job.created_by, source=ChangeSource(job.source))
         except TRANSIENT_ERRORS:
             raise  # the task retries; what is done stays done
         except Exception as exc:
@@ -261,7 +261,7 @@ def erasure_job_run(*, job_id: int) -> Any:
     return job
 
 
-def restart_stalled_erasure_jobs(*, older_than: timedelta) -> int:
+def stalled_erasure_jobs_restart(*, older_than: timedelta) -> int:
     """Send again the task of every unfinished job not heard of for ``older_than`` (its
     worker died, or the broker lost the message). Returns how many."""
     from django.utils import timezone

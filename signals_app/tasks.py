@@ -10,9 +10,9 @@ from django.conf import settings
 
 from tidalproject.celery import sweep_task
 
-from .erasure import erasure_job_run, restart_stalled_erasure_jobs, settle_erasures
-from .services.processing import TRANSIENT_ERRORS, process_signals_isolating_failures
-from .services.sweep import requeue_pending_signals
+from .erasure import erasure_job_run, erasures_settle, stalled_erasure_jobs_restart
+from .services.processing import TRANSIENT_ERRORS, signals_process_isolating_failures
+from .services.sweep import pending_signals_requeue
 
 
 @shared_task(
@@ -28,16 +28,16 @@ from .services.sweep import requeue_pending_signals
     ignore_result=True,
 )
 def process_signal_batch(signal_ids: list[int]) -> dict[str, int]:
-    report = process_signals_isolating_failures(signal_ids=signal_ids)
+    report = signals_process_isolating_failures(signal_ids=signal_ids)
     return asdict(report)
 
 
 @sweep_task
 def sweep_pending_signals() -> dict[str, int | None]:
-    report = requeue_pending_signals(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
+    report = pending_signals_requeue(older_than=timedelta(seconds=settings.SIGNAL_SWEEP_AFTER_SECONDS))
     # The erasures' safety nets: anything an erasure could not see, and bulk jobs whose task died.
-    settled = settle_erasures()
-    restarted = restart_stalled_erasure_jobs(older_than=timedelta(seconds=settings.ERASURE_JOB_RESTART_AFTER_SECONDS))
+    settled = erasures_settle()
+    restarted = stalled_erasure_jobs_restart(older_than=timedelta(seconds=settings.ERASURE_JOB_RESTART_AFTER_SECONDS))
     return {**asdict(report), "erasures_settled": settled, "erasure_jobs_restarted": restarted}
 
 

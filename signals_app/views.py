@@ -24,7 +24,7 @@ from community.views.user_ids import USER_ID_PARAM, parse_path_user_id
 from tidalproject.api import WriteRateThrottle
 from tidalproject.roles import is_service_account
 
-from .erasure import erase_user, erasure_job_create
+from .erasure import erasure_job_create, user_erase
 from .models import ErasureJobUser
 from .selectors import erasure_job_progress, top_items, user_recent_signals
 from .serializers import (
@@ -37,7 +37,7 @@ from .serializers import (
     SignalBatchSerializer,
     SignalOutSerializer,
 )
-from .services.ingest import ingest_signals
+from .services.ingest import signals_ingest
 from .validation import SignalBatchInvalid, parse_signal_batch
 
 
@@ -62,7 +62,7 @@ class SignalIngestView(APIView):
             )
         except SignalBatchInvalid as exc:
             raise ValidationError(exc.detail) from None
-        result = ingest_signals(sender=request.user, signals=signals)
+        result = signals_ingest(sender=request.user, signals=signals)
         return Response(
             {"accepted": result.accepted, "duplicates": result.duplicates, "suppressed": result.suppressed},
             status=status.HTTP_202_ACCEPTED,
@@ -102,7 +102,7 @@ class EraseView(APIView):
     )
     def post(self, request: Request, user_id: str) -> Response:
         uid = parse_path_user_id(user_id)
-        receipt = erase_user(user_id=uid, actor=request.user, source=ChangeSource.API)
+        receipt = user_erase(user_id=uid, actor=request.user, source=ChangeSource.API)
         return Response(ErasureReceiptSerializer(receipt).data)
 
 

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 from community.models import Cohort, Community, CommunityLeave, LeaveClock, LeaveHistory
 from community.services.groups import group_members_add
 from signals_app.models import Signal
-from signals_app.services.ingest import ingest_signals
+from signals_app.services.ingest import signals_ingest
 from signals_app.validation import SignalIn
 from tests.factories import PASSWORD
 
@@ -96,7 +96,7 @@ def sig(
 
 def ingest(sender: Any, *signals: SignalIn) -> list[int]:
     """Store signals as pending through the service; returns their ids (nothing enqueued in a test)."""
-    return ingest_signals(sender=sender, signals=signals).signal_ids
+    return signals_ingest(sender=sender, signals=signals).signal_ids
 
 
 def join(user_id: int, *groups: Community | Cohort) -> None:

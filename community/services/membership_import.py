@@ -28,7 +28,7 @@ class ImportReport:
     created: int
 
 
-def import_memberships(*, lines: Iterable[str], create_groups: bool = False) -> ImportReport:
+def memberships_import(*, lines: Iterable[str], create_groups: bool = False) -> ImportReport:
     """Import ``kind,slug,user_id`` lines (kind: community or cohort), all in one transaction."""
     wanted: dict[tuple[str, str], set[int]] = {}
     for number, row in enumerate(csv.reader(lines), start=1):

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 
-def create_service_account(*, username: str, perms: Iterable[str]) -> str:
+def service_account_create(*, username: str, perms: Iterable[str]) -> str:
     """Create or update a service account with exactly ``perms``; returns a new API token.
 
     Each call issues a new token (only its hash is stored, so an old one cannot be shown

@@ -17,7 +17,12 @@ from rest_framework.response import Response
 
 from ..display import change_payload, record_status_payload
 from ..exports import csv_export_response
-from ..selectors import community_layer_changes, community_layer_records, leave_clock_version, wait_for_change
+from ..selectors import (
+    community_layer_changes,
+    community_layer_changes_wait,
+    community_layer_records,
+    leave_clock_version,
+)
 from ..serializers.feed import ChangeFeedQuerySerializer, ChangeFeedSerializer, StatusListQuerySerializer
 from ..serializers.layer import LayerStatusSerializer
 
@@ -65,7 +70,7 @@ class ChangeFeedAndRecords(viewsets.GenericViewSet[Any]):
         limit: int = query.validated_data["limit"]
         wait: float = query.validated_data["wait"]
         if wait:
-            wait_for_change(after=after, timeout=wait)
+            community_layer_changes_wait(after=after, timeout=wait)
         entries = community_layer_changes(after=after, limit=limit)
         clock_version = leave_clock_version()
         next_after = entries[-1].version if entries else after

@@ -32,7 +32,7 @@ class IngestResult:
     suppressed: int = 0
 
 
-def ingest_signals(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
+def signals_ingest(*, sender: Any, signals: Sequence[SignalIn]) -> IngestResult:
     """Store validated signals and, once committed, enqueue the pending ones for processing.
 
     The gate is checked here, on receipt, and the fence version of that check is stored with
@@ -96,7 +96,7 @@ def _ingested(accepted: int, gated: int, suppressed: int = 0) -> None:
         metrics.SIGNALS_PROCESSED.labels(outcome="gated", stage="ingest").inc(gated)
 
 
-def enqueue_signal_processing(signal_ids: Sequence[int]) -> None:
+def signals_enqueue(signal_ids: Sequence[int]) -> None:
     """Queue processing tasks of SIGNAL_BATCH_SIZE signals each."""
     from ..tasks import process_signal_batch
 
@@ -115,7 +115,7 @@ def enqueue_after_commit(signal_ids: Sequence[int]) -> None:
     # a serializer error), the signals stay pending and the sweep enqueues them; they are
     # marked as never sent so the sweep takes them first.
     try:
-        enqueue_signal_processing(signal_ids)
+        signals_enqueue(signal_ids)
     except Exception:
         logger.warning("could not enqueue %d stored signals: left to the sweep", len(signal_ids), exc_info=True)
         metrics.SIGNALS_ENQUEUE_FAILED.inc(len(signal_ids))

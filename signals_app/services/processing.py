@@ -68,7 +68,7 @@ def _gated_reason(gate: LeaveGate, user_id: int) -> GatedReason:
     return GatedReason.LEFT_AT_PROCESSING if gate.is_left(user_id) else GatedReason.LEFT_WHILE_QUEUED
 
 
-def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
+def signals_process(*, signal_ids: Sequence[int]) -> BatchReport:
     """Process the pending signals among ``signal_ids``, in one transaction.
 
     Locks them (skipping any another worker holds), syncs the leave fence once, gates the
@@ -124,13 +124,13 @@ def process_signals(*, signal_ids: Sequence[int]) -> BatchReport:
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 
-def process_signals_isolating_failures(*, signal_ids: Sequence[int]) -> BatchReport:
-    """``process_signals``, but a batch that fails for a reason other than a transient
+def signals_process_isolating_failures(*, signal_ids: Sequence[int]) -> BatchReport:
+    """``signals_process``, but a batch that fails for a reason other than a transient
     database error is split in halves until the failing signals stand alone: the rest go
     through, and each failing signal is marked failed with its error, out of the sweep's way.
     Transient errors propagate, for the task to retry the whole batch."""
     try:
-        return process_signals(signal_ids=signal_ids)
+        return signals_process(signal_ids=signal_ids)
     except TRANSIENT_ERRORS:
         raise
     except Exception as exc:  # noqa: BLE001 - isolating whatever the signals themselves cause
@@ -138,7 +138,7 @@ def process_signals_isolating_failures(*, signal_ids: Sequence[int]) -> BatchRep
             return _mark_failed(signal_ids[0], exc)
         logger.warning("signal batch of %d failed (%s): isolating the failing signals", len(signal_ids), exc)
         middle = len(signal_ids) // 2
-        return process_signals_isolating_failures(signal_ids=signal_ids[:middle]) + process_signals_isolating_failures(
+        return signals_process_isolating_failures(signal_ids=signal_ids[:middle]) + signals_process_isolating_failures(
             signal_ids=signal_ids[middle:]
         )
 
@@ -154,7 +154,7 @@ def _mark_failed(signal_id: int, exc: Exception) -> BatchReport:
     return BatchReport(failed=failed)
 
 
-def retry_failed_signals(*, signal_ids: Sequence[int] | None = None) -> int:
+def failed_signals_retry(*, signal_ids: Sequence[int] | None = None) -> int:
     """Put failed signals (all, or those among ``signal_ids``) back to pending and enqueue
     them: for after the cause is fixed. Returns how many."""
     failed = Signal.objects.filter(outcome=Outcome.FAILED)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from tidalproject import metrics
 
 from ..models import Outcome, Signal
-from .ingest import enqueue_signal_processing
+from .ingest import signals_enqueue
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class SweepReport:
     queued_tasks: int | None
 
 
-def requeue_pending_signals(*, older_than: timedelta, limit: int = 100_000, force: bool = False) -> SweepReport:
+def pending_signals_requeue(*, older_than: timedelta, limit: int = 100_000, force: bool = False) -> SweepReport:
     """Enqueue again the signals still pending ``older_than`` after they were received.
 
     For a broker that lost messages. No sweep storm: a signal whose task was never sent (or
@@ -49,6 +49,6 @@ def requeue_pending_signals(*, older_than: timedelta, limit: int = 100_000, forc
         ids = list(stale.filter(due).order_by("id").values_list("id", flat=True)[:limit])
         Signal.objects.filter(id__in=ids).update(enqueued_at=now)
     deferred = stale.exclude(due).count() if queued else 0
-    enqueue_signal_processing(ids)
+    signals_enqueue(ids)
     metrics.SIGNALS_REQUEUED.inc(len(ids))
     return SweepReport(enqueued=len(ids), deferred=deferred, queued_tasks=queued)

@@ -85,7 +85,7 @@ def as_columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
 
 
-# Cohorts first, as the pipeline adds to them (process_signals): the two lock aggregate rows
+# Cohorts first, as the pipeline adds to them (signals_process): the two lock aggregate rows
 # table by table in the same order, or an erasure and a batch could deadlock each other.
 GROUPS_IN_LOCK_ORDER: tuple[type[MemberGroup], ...] = (Cohort, Community)
 

@@ -17,8 +17,8 @@ from community.models import Community, CommunityLeave, LeaveHistory
 from community.services.groups import group_members_add
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import Signal
-from signals_app.services.ingest import ingest_signals
-from signals_app.services.processing import process_signals
+from signals_app.services.ingest import signals_ingest
+from signals_app.services.processing import signals_process
 from signals_app.validation import SignalIn
 from tests.factories import UserFactory
 from tests.helpers import log_in
@@ -37,10 +37,10 @@ def make_signals() -> None:
     now = timezone.now()
 
     def send(user_id: int, count: int, hours_ago: int) -> None:
-        ids = ingest_signals(
+        ids = signals_ingest(
             sender=sender, signals=[SignalIn(user_id, 7, "view", 1.0, now - timedelta(minutes=5), None)] * count
         ).signal_ids
-        process_signals(signal_ids=ids)
+        signals_process(signal_ids=ids)
         Signal.objects.filter(id__in=ids).update(processed_at=now - timedelta(hours=hours_ago))
 
     for hours_ago, count in ((0, 6), (1, 4), (3, 9), (6, 2), (12, 5)):

@@ -22,7 +22,7 @@ from community.services.layer import leave_community_layer, rejoin_community_lay
 from console import views as console_views
 from signals_app.models import Outcome, Signal
 from signals_app.selectors import outcomes_per_hour
-from signals_app.services.processing import process_signals
+from signals_app.services.processing import signals_process
 from tests.factories import OPERATOR_PERMS, UserFactory
 from tests.helpers import ingest, join, logged_in, sig, written
 
@@ -199,11 +199,11 @@ def signals_by_hour() -> dict[str, int]:
     join(1, Community.objects.create(slug="python", name="Python"))
     leave_community_layer(user_id=2)
     now_ids = ingest(sender, sig(1), sig(1, item_id=2), sig(3))
-    process_signals(signal_ids=now_ids)
+    signals_process(signal_ids=now_ids)
     ingest(sender, sig(2), sig(2), sig(2))  # gated on receipt
     earlier = ingest(sender, sig(2))
     old = ingest(sender, sig(1))
-    process_signals(signal_ids=old)
+    signals_process(signal_ids=old)
     Signal.objects.filter(id__in=earlier).update(processed_at=timezone.now() - timedelta(hours=2))
     Signal.objects.filter(id__in=old).update(processed_at=timezone.now() - timedelta(hours=30))
     ingest(sender, sig(1))  # still pending

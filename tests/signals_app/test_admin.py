@@ -12,7 +12,7 @@ from community.models import Cohort, CohortMember, Community, CommunityMember
 from community.services.groups import group_members_add
 from community.services.layer import leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
-from signals_app.services.processing import process_signals
+from signals_app.services.processing import signals_process
 from tests.factories import UserFactory
 from tests.helpers import ingest, join, logged_in, shown_ids, sig
 
@@ -37,7 +37,7 @@ def processed(sender, community, cohort) -> dict[Outcome, list[int]]:
         Outcome.GATED: ingest(sender, sig(2), sig(2), sig(2)),
         Outcome.NO_TARGET: ingest(sender, sig(3)),
     }
-    process_signals(signal_ids=[i for group in ids.values() for i in group])
+    signals_process(signal_ids=[i for group in ids.values() for i in group])
     ids[Outcome.PENDING] = ingest(sender, sig(1))
     return ids
 

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from community.models import Cohort, CohortMember, Community, CommunityMember
 from community.services.layer import leave_community_layer
 from signals_app.models import Signal
-from signals_app.services.processing import process_signals
+from signals_app.services.processing import signals_process
 from tests.factories import UserFactory
 from tests.helpers import HOUR, as_client, ingest, join, sig
 
@@ -373,7 +373,7 @@ def trending_data(sender, community, cohort) -> None:
         sig(2, item_id=30, weight=10, at=earlier + timedelta(minutes=30)),
         sig(3, item_id=40, weight=100, at=HOUR + timedelta(minutes=1)),  # gated
     ]
-    process_signals(signal_ids=ingest(sender, *signals))
+    signals_process(signal_ids=ingest(sender, *signals))
 
 
 def top(client: APIClient, url: str, **params: Any) -> Any:
@@ -424,7 +424,7 @@ def test_top_items_window_is_by_hour_buckets(reader, trending_data, url: str) ->
 def test_top_items_default_window_is_the_last_24_hours(reader, trending_data, sender, url: str) -> None:
     # A bucket that started more than 24 hours ago counts only when since reaches it.
     old = HOUR - timedelta(hours=30)
-    process_signals(signal_ids=ingest(sender, sig(1, item_id=50, weight=1000, at=old + timedelta(minutes=5))))
+    signals_process(signal_ids=ingest(sender, sig(1, item_id=50, weight=1000, at=old + timedelta(minutes=5))))
     assert 50 not in [item for item, *_ in top(reader, url)]
     assert top(reader, url, since=z(old))[0] == (50, "view", 1, 1000.0)
     # until without since: the 24 hours before until.
@@ -475,16 +475,16 @@ def test_own_signals_with_outcomes_newest_first(sender, member, community) -> No
     uid = member.pk
     join(uid, community)
     attributed = ingest(sender, sig(uid, item_id=1))
-    process_signals(signal_ids=attributed)
+    signals_process(signal_ids=attributed)
     leave_community_layer(user_id=uid)
     gated = ingest(sender, sig(uid, item_id=2))
-    process_signals(signal_ids=gated)
+    signals_process(signal_ids=gated)
     CommunityMember.objects.filter(user_id=uid).delete()
     from community.services.layer import rejoin_community_layer
 
     rejoin_community_layer(user_id=uid)
     no_target = ingest(sender, sig(uid, item_id=3))
-    process_signals(signal_ids=no_target)
+    signals_process(signal_ids=no_target)
     ingest(sender, sig(uid, item_id=4))  # pending
     ingest(sender, sig(uid + 1000, item_id=5))  # someone else's
     r = as_client(member).get(user_signals_url(uid))

@@ -17,10 +17,10 @@ from django.db import connection, connections, transaction
 from community.cache import leave_cache, leave_gate
 from community.models import ChangeAction, LeaveClock, LeaveHistory
 from community.services.layer import erase_community_layer, leave_community_layer, rejoin_community_layer
-from signals_app.erasure import erase_user, settle_erasures
+from signals_app.erasure import erasures_settle, user_erase
 from signals_app.models import CohortAggregate, CommunityAggregate, Signal
-from signals_app.services.ingest import _drop_if_erased_meanwhile, ingest_signals
-from signals_app.services.processing import process_signals
+from signals_app.services.ingest import _drop_if_erased_meanwhile, signals_ingest
+from signals_app.services.processing import signals_process
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
 from tests.helpers import HOUR, ingest, join, sig
@@ -61,14 +61,14 @@ def contributions(sender, community, community2, cohort) -> dict[str, Any]:
         sig(STAYS, item_id=1, weight=7, at=HOUR + timedelta(minutes=20)),
         sig(STAYS, item_id=1, weight=1, at=HOUR + timedelta(minutes=10)),
     )
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     return {"community": community, "community2": community2, "cohort": cohort}
 
 
 def test_an_erasure_takes_back_exactly_what_the_user_added(contributions) -> None:
     c1, c2, k = contributions["community"], contributions["community2"], contributions["cohort"]
     clock_before = LeaveClock.objects.get().version
-    receipt = erase_user(user_id=GONE)
+    receipt = user_erase(user_id=GONE)
 
     stays_last = HOUR + timedelta(minutes=20)
     # Item 1: only STAYS's two signals remain, and last_at falls back to STAYS's latest one.
@@ -92,9 +92,9 @@ def test_an_erasure_takes_back_exactly_what_the_user_added(contributions) -> Non
 
 
 def test_erasing_again_changes_nothing_and_says_so(contributions) -> None:
-    first = erase_user(user_id=GONE)
+    first = user_erase(user_id=GONE)
     before = (LeaveClock.objects.get().version, LeaveHistory.objects.count(), rows(CommunityAggregate))
-    again = erase_user(user_id=GONE)
+    again = user_erase(user_id=GONE)
     assert again.already_erased
     assert (again.version, again.signals_removed, again.aggregate_rows_changed) == (first.version, 3, 6)
     assert (LeaveClock.objects.get().version, LeaveHistory.objects.count(), rows(CommunityAggregate)) == before
@@ -102,35 +102,35 @@ def test_erasing_again_changes_nothing_and_says_so(contributions) -> None:
 
 def test_erasing_a_user_already_left_writes_its_own_receipt(contributions) -> None:
     left = leave_community_layer(user_id=GONE)
-    receipt = erase_user(user_id=GONE)
+    receipt = user_erase(user_id=GONE)
     assert receipt.version == left.version + 1
     assert receipt.membership.left_at_ns == left.membership.left_at_ns  # the first left_at is kept
     assert receipt.signals_removed == 3
 
 
 def test_an_unknown_user_is_erased_with_zero_counts() -> None:
-    receipt = erase_user(user_id=999_999)
+    receipt = user_erase(user_id=999_999)
     assert (receipt.signals_removed, receipt.aggregate_rows_changed, receipt.already_erased) == (0, 0, False)
     assert LeaveHistory.objects.get(version=receipt.version).action == ChangeAction.ERASE
     assert leave_gate().is_left(999_999)
 
 
 def test_an_erased_users_new_signals_are_suppressed_until_a_rejoin(sender, contributions) -> None:
-    erase_user(user_id=GONE)
-    result = ingest_signals(sender=sender, signals=[sig(GONE), sig(GONE, item_id=5), sig(STAYS, item_id=5)])
+    user_erase(user_id=GONE)
+    result = signals_ingest(sender=sender, signals=[sig(GONE), sig(GONE, item_id=5), sig(STAYS, item_id=5)])
     assert (result.accepted, result.duplicates, result.suppressed) == (1, 0, 2)
     assert not Signal.objects.filter(user_id=GONE).exists()
     # A leave while erased and left keeps them erased; a rejoin ends it.
     leave_community_layer(user_id=GONE)
-    assert ingest_signals(sender=sender, signals=[sig(GONE)]).suppressed == 1
+    assert signals_ingest(sender=sender, signals=[sig(GONE)]).suppressed == 1
     rejoin_community_layer(user_id=GONE)
-    result = ingest_signals(sender=sender, signals=[sig(GONE)])
+    result = signals_ingest(sender=sender, signals=[sig(GONE)])
     assert (result.accepted, result.suppressed) == (1, 0)
     verified()
 
 
 def test_a_fresh_process_knows_who_is_erased(sender, contributions) -> None:
-    erase_user(user_id=GONE)
+    user_erase(user_id=GONE)
     leave_community_layer(user_id=STAYS)
     leave_cache.reset()  # a new process: warms from the records and history
     gate = leave_gate()
@@ -143,12 +143,12 @@ def test_a_fresh_process_knows_who_is_erased(sender, contributions) -> None:
 def test_a_pending_signal_received_before_the_erasure_is_deleted_at_processing(sender, contributions) -> None:
     """The leftover rule: a signal stored by an ingest concurrent with the erasure (so the
     erasure could not see it) is deleted when processed, and nothing is subtracted."""
-    receipt = erase_user(user_id=GONE)
+    receipt = user_erase(user_id=GONE)
     before = rows(CommunityAggregate)
     straggler = Signal.objects.create(
         sender=sender, user_id=GONE, item_id=1, kind="view", occurred_at=HOUR, fence_at_receipt=receipt.version - 1
     )
-    report = process_signals(signal_ids=[straggler.pk])
+    report = signals_process(signal_ids=[straggler.pk])
     assert (report.erased, report.gated, report.attributed) == (1, 0, 0)
     assert not Signal.objects.filter(user_id=GONE).exists()
     assert rows(CommunityAggregate) == before
@@ -166,15 +166,15 @@ def test_gated_signals_stored_by_an_ingest_concurrent_with_the_erasure_are_dropp
 def test_the_sweep_settles_what_an_erasure_could_not_see(sender, contributions) -> None:
     """A straggler whose user rejoined before it was processed is gated, not deleted, by the
     worker: the verifier names it, and the sweep's settle pass removes it."""
-    receipt = erase_user(user_id=GONE)
+    receipt = user_erase(user_id=GONE)
     straggler = Signal.objects.create(
         sender=sender, user_id=GONE, item_id=1, kind="view", occurred_at=HOUR, fence_at_receipt=receipt.version - 1
     )
     rejoin_community_layer(user_id=GONE)
-    assert process_signals(signal_ids=[straggler.pk]).gated == 1
+    assert signals_process(signal_ids=[straggler.pk]).gated == 1
     result = verify_stop_forward(progress=False)
     assert result.erased_remaining == 1 and not result.passed
-    assert settle_erasures() == 1
+    assert erasures_settle() == 1
     entry = LeaveHistory.objects.get(version=receipt.version)
     assert entry.signals_removed == 4  # the receipt counts the straggler too
     verified()
@@ -244,7 +244,7 @@ def test_a_bad_id_is_a_400_naming_the_rule(api, superuser, bad) -> None:
 
 
 def test_the_ingest_answer_counts_suppressed(api, sender, contributions) -> None:
-    erase_user(user_id=GONE)
+    user_erase(user_id=GONE)
     api.force_authenticate(sender)
     answer = api.post("/api/signals/", {"signals": [{"user_id": GONE, "item_id": 1, "kind": "view"}]}, format="json")
     assert answer.status_code == 202
@@ -266,7 +266,7 @@ def test_a_batch_in_flight_commits_first_and_is_subtracted(sender, community, co
     def batch() -> None:
         try:
             with transaction.atomic():
-                process_signals(signal_ids=ids)  # holds the rows, attributed, until commit
+                signals_process(signal_ids=ids)  # holds the rows, attributed, until commit
                 batch_locked.set()
                 release.wait(30)
         finally:
@@ -274,7 +274,7 @@ def test_a_batch_in_flight_commits_first_and_is_subtracted(sender, community, co
 
     def erase() -> None:
         try:
-            erased.append(erase_user(user_id=GONE))
+            erased.append(user_erase(user_id=GONE))
         finally:
             connections.close_all()
 
@@ -325,7 +325,7 @@ def test_a_signal_the_erasure_could_not_see_and_a_batch_attributed_is_taken_back
 
     def erase() -> None:
         try:
-            erased.append(erase_user(user_id=GONE))
+            erased.append(user_erase(user_id=GONE))
         finally:
             connections.close_all()
 
@@ -333,7 +333,7 @@ def test_a_signal_the_erasure_could_not_see_and_a_batch_attributed_is_taken_back
     eraser.start()
     assert read.wait(30)
     [straggler] = ingest(sender, sig(GONE, weight=4.0))  # committed; the erasure cannot see it
-    assert process_signals(signal_ids=[straggler]).attributed == 1  # its fence: before the erasure
+    assert signals_process(signal_ids=[straggler]).attributed == 1  # its fence: before the erasure
     assert CommunityAggregate.objects.get().count == 1
     release.set()
     eraser.join(30)
@@ -346,8 +346,8 @@ def test_a_signal_the_erasure_could_not_see_and_a_batch_attributed_is_taken_back
 
 
 def test_suppression_costs_no_query_per_signal(sender, contributions, django_assert_max_num_queries) -> None:
-    erase_user(user_id=GONE)
+    user_erase(user_id=GONE)
     leave_gate()
     with django_assert_max_num_queries(3):
-        result = ingest_signals(sender=sender, signals=[sig(GONE, item_id=i) for i in range(200)])
+        result = signals_ingest(sender=sender, signals=[sig(GONE, item_id=i) for i in range(200)])
     assert result.suppressed == 200

@@ -13,9 +13,9 @@ from django.utils import timezone
 from community.cache import leave_gate
 from community.models import LeaveHistory
 from community.services.layer import leave_community_layer
-from signals_app.erasure import erase_user, erasure_job_create, erasure_job_run, restart_stalled_erasure_jobs
+from signals_app.erasure import erasure_job_create, erasure_job_run, stalled_erasure_jobs_restart, user_erase
 from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, Signal
-from signals_app.services.processing import process_signals
+from signals_app.services.processing import signals_process
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
 from tests.helpers import ingest, join, logged_in, sig
@@ -39,7 +39,7 @@ def three_users(sender, community) -> list[int]:
         join(user, community)
     ids = ingest(sender, *[sig(u, item_id=u) for u in users], sig(401, item_id=9), sig(404, item_id=9))
     join(404, community)
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     return users
 
 
@@ -58,11 +58,11 @@ def test_a_job_erases_each_user_and_records_each_receipt(three_users) -> None:
 def test_a_job_run_again_after_a_worker_died_resumes_where_it_stopped(three_users) -> None:
     job = erasure_job_create(user_ids=[401, 402, 403], source="api")
     # The killed run: user 401 erased and recorded, user 402 erased but not yet recorded.
-    erasure_job_run_one = erase_user(user_id=401)
+    erasure_job_run_one = user_erase(user_id=401)
     ErasureJobUser.objects.filter(job=job, user_id=401).update(
         state="done", version=erasure_job_run_one.version, signals_removed=2
     )
-    erase_user(user_id=402)
+    user_erase(user_id=402)
     history = LeaveHistory.objects.count()
     job = erasure_job_run(job_id=job.pk)
     assert LeaveHistory.objects.count() == history + 1  # only 403 is new
@@ -73,7 +73,7 @@ def test_a_job_run_again_after_a_worker_died_resumes_where_it_stopped(three_user
 
 
 def test_a_user_erased_before_the_job_is_reported_as_already_erased(three_users) -> None:
-    erase_user(user_id=402)
+    user_erase(user_id=402)
     job = erasure_job_create(user_ids=[402], source="api")
     entry = erasure_job_run(job_id=job.pk).users.get()
     assert entry.already_erased is True and entry.signals_removed == 1
@@ -85,13 +85,13 @@ def test_the_sweep_restarts_a_job_not_heard_of(three_users, monkeypatch) -> None
     sent: list[int] = []
     monkeypatch.setattr(tasks.run_erasure_job, "delay", sent.append)
     job = erasure_job_create(user_ids=[401], source="api")
-    assert restart_stalled_erasure_jobs(older_than=timedelta(minutes=5)) == 0
+    assert stalled_erasure_jobs_restart(older_than=timedelta(minutes=5)) == 0
     ErasureJob.objects.filter(pk=job.pk).update(kicked_at=timezone.now() - timedelta(minutes=6))
-    assert restart_stalled_erasure_jobs(older_than=timedelta(minutes=5)) == 1
+    assert stalled_erasure_jobs_restart(older_than=timedelta(minutes=5)) == 1
     assert sent == [job.pk]
     erasure_job_run(job_id=job.pk)
     ErasureJob.objects.filter(pk=job.pk).update(kicked_at=timezone.now() - timedelta(hours=1))
-    assert restart_stalled_erasure_jobs(older_than=timedelta(minutes=5)) == 0  # done: left alone
+    assert stalled_erasure_jobs_restart(older_than=timedelta(minutes=5)) == 0  # done: left alone
 
 
 # --- API ----------------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_the_leave_records_admin_action_starts_a_job(eraser, three_users) -> Non
 @pytest.mark.processes
 def test_a_worker_runs_a_job_sent_on_commit(sender, community) -> None:
     join(501, community)
-    process_signals(signal_ids=ingest(sender, sig(501), sig(501, item_id=2)))
+    signals_process(signal_ids=ingest(sender, sig(501), sig(501, item_id=2)))
     celery_app.control.purge()
     worker = Worker()
     try:

@@ -16,8 +16,8 @@ from community.cache import leave_cache
 from community.models import CommunityLeave, LeaveClock
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
-from signals_app.services.processing import process_signals, process_signals_isolating_failures
-from signals_app.services.sweep import requeue_pending_signals
+from signals_app.services.processing import signals_process, signals_process_isolating_failures
+from signals_app.services.sweep import pending_signals_requeue
 from tests.helpers import backdate, ingest, join, run_command, sig
 
 pytestmark = pytest.mark.django_db
@@ -51,7 +51,7 @@ def test_every_signal_carries_its_fences_and_where_it_was_credited(sender, commu
     leave_community_layer(user_id=1)  # version 1
     (signal_id,) = ingest(sender, sig(USER))
     leave_community_layer(user_id=2)  # version 2
-    process_signals(signal_ids=[signal_id])
+    signals_process(signal_ids=[signal_id])
     assert evidence(signal_id) == ("attributed", None, 1, 2)
     signal = Signal.objects.get(pk=signal_id)
     assert (signal.credited_communities, signal.credited_cohorts) == ([community.pk], [cohort.pk])
@@ -68,7 +68,7 @@ def test_left_at_processing(sender, community) -> None:
     join(USER, community)
     (signal_id,) = ingest(sender, sig(USER))
     leave_community_layer(user_id=USER)
-    process_signals(signal_ids=[signal_id])
+    signals_process(signal_ids=[signal_id])
     assert evidence(signal_id) == ("gated", "left_at_processing", 0, 1)
 
 
@@ -79,7 +79,7 @@ def test_a_leave_and_a_rejoin_while_queued_gate_it_whatever_the_worker_speed(sen
     (signal_id,) = ingest(sender, sig(USER))
     leave_community_layer(user_id=USER)
     rejoin_community_layer(user_id=USER)
-    process_signals(signal_ids=[signal_id])
+    signals_process(signal_ids=[signal_id])
     assert evidence(signal_id) == ("gated", "left_while_queued", 0, 2)
     assert not CommunityAggregate.objects.exists()
 
@@ -90,7 +90,7 @@ def test_the_while_queued_check_reads_the_history_a_fresh_process_has_not_seen(s
     leave_community_layer(user_id=USER)
     rejoin_community_layer(user_id=USER)
     leave_cache.reset()  # a worker started after all that
-    process_signals(signal_ids=[signal_id])
+    signals_process(signal_ids=[signal_id])
     assert evidence(signal_id) == ("gated", "left_while_queued", 0, 2)
 
 
@@ -105,7 +105,7 @@ def test_the_users_signals_api_shows_the_evidence(api, sender, community) -> Non
     join(USER, community)
     queued = ingest(sender, sig(USER))
     leave_community_layer(user_id=USER)
-    process_signals(signal_ids=queued)
+    signals_process(signal_ids=queued)
     ingest(sender, sig(USER))
     api.force_authenticate(sender)
     sender.user_permissions.add(*_perm("view_signal"))
@@ -132,7 +132,7 @@ def test_the_kind_null_is_processed_like_any_other(sender, community) -> None:
     # and the whole batch rolled back, for ever.
     join(USER, community)
     ids = ingest(sender, sig(USER, kind="null"), sig(USER, kind="like"), sig(USER, kind="true"))
-    report = process_signals(signal_ids=ids)
+    report = signals_process(signal_ids=ids)
     assert report.attributed == 3
     assert sorted(CommunityAggregate.objects.values_list("kind", flat=True)) == ["like", "null", "true"]
 
@@ -172,12 +172,12 @@ def _drop_poison() -> None:
 def test_a_poison_signal_is_isolated_and_failed_and_the_rest_go_through(sender, community, poison_item) -> None:
     join(USER, community)
     ids = ingest(sender, *(sig(USER, item_id=i) for i in range(1, 8)), sig(USER, item_id=poison_item))
-    report = process_signals_isolating_failures(signal_ids=ids)
+    report = signals_process_isolating_failures(signal_ids=ids)
     assert (report.attributed, report.failed) == (7, 1)
     failed = Signal.objects.get(outcome=Outcome.FAILED)
     assert failed.item_id == poison_item and "item 666 refused" in failed.error
     assert CommunityAggregate.objects.count() == 7
-    assert requeue_pending_signals(older_than=timedelta(0)).enqueued == 0  # out of the sweep's way
+    assert pending_signals_requeue(older_than=timedelta(0)).enqueued == 0  # out of the sweep's way
 
 
 def test_failed_signals_are_retried_once_fixed(
@@ -185,14 +185,14 @@ def test_failed_signals_are_retried_once_fixed(
 ) -> None:
     join(USER, community)
     ids = ingest(sender, sig(USER, item_id=poison_item))
-    process_signals_isolating_failures(signal_ids=ids)
+    signals_process_isolating_failures(signal_ids=ids)
     assert Signal.objects.get().outcome == Outcome.FAILED
     _drop_poison()  # the cause is fixed
     with django_capture_on_commit_callbacks(execute=True):
         out = run_command("retry_failed_signals")
     assert out.strip() == "enqueued 1 failed signal(s) again"
     assert enqueued == [ids]
-    assert process_signals(signal_ids=ids).attributed == 1
+    assert signals_process(signal_ids=ids).attributed == 1
 
 
 # --- 202 means stored, and no sweep storm --------------------------------------------------------
@@ -220,7 +220,7 @@ def test_never_sent_signals_are_swept_at_once(sender, enqueued) -> None:
     ids = ingest(sender, sig(USER))
     Signal.objects.update(enqueued_at=None)
     backdate_received_only(ids)
-    assert requeue_pending_signals(older_than=timedelta(minutes=1)).enqueued == 1
+    assert pending_signals_requeue(older_than=timedelta(minutes=1)).enqueued == 1
 
 
 def backdate_received_only(ids: list[int]) -> None:
@@ -230,19 +230,19 @@ def backdate_received_only(ids: list[int]) -> None:
 
 
 def test_the_sweep_does_not_send_again_while_a_backlog_may_still_hold_the_task(sender, empty_queue) -> None:
-    from signals_app.services.ingest import enqueue_signal_processing
+    from signals_app.services.ingest import signals_enqueue
 
     ids = ingest(sender, sig(USER), sig(USER + 1))
-    enqueue_signal_processing(ids)  # a real task in the real queue, and no worker: a backlog
+    signals_enqueue(ids)  # a real task in the real queue, and no worker: a backlog
     backdate(ids, timedelta(minutes=10))
-    report = requeue_pending_signals(older_than=timedelta(minutes=2))
+    report = pending_signals_requeue(older_than=timedelta(minutes=2))
     assert (report.enqueued, report.deferred) == (0, 2) and report.queued_tasks == 1
     from tidalproject.celery import app
 
     app.control.purge()  # the queue drained and the signals are still pending: lost, send again
-    report = requeue_pending_signals(older_than=timedelta(minutes=2))
+    report = pending_signals_requeue(older_than=timedelta(minutes=2))
     assert (report.enqueued, report.deferred, report.queued_tasks) == (2, 0, 0)
-    again = requeue_pending_signals(older_than=timedelta(minutes=2))
+    again = pending_signals_requeue(older_than=timedelta(minutes=2))
     assert again.enqueued == 0  # just sent: not again before the threshold passes once more
 
 
@@ -255,7 +255,7 @@ def _processed_world(sender: Any, community: Any, cohort: Any) -> list[int]:
     ids = ingest(sender, sig(USER, item_id=1, weight=2.0), sig(USER + 1, item_id=1), sig(USER + 1, item_id=2))
     leave_community_layer(user_id=USER + 1)
     ids += ingest(sender, sig(USER + 1, item_id=3))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     return ids
 
 
@@ -313,10 +313,10 @@ def test_the_clock_row_is_read_by_the_verifier_only_through_the_history(sender, 
 
 
 def test_a_setting_requires_idempotency_keys_of_service_accounts(api, settings) -> None:
-    from community.services.service_accounts import create_service_account
+    from community.services.service_accounts import service_account_create
 
     settings.SIGNAL_REQUIRE_IDEMPOTENCY_KEYS = True
-    create_service_account(username="svc", perms=["signals_app.add_signal"])
+    service_account_create(username="svc", perms=["signals_app.add_signal"])
     from django.contrib.auth import get_user_model
 
     api.force_authenticate(get_user_model().objects.get(username="svc"))

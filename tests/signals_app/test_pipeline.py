@@ -21,9 +21,9 @@ from community.models import CommunityLeave
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.selectors import outcome_summary
-from signals_app.services.ingest import ingest_signals
-from signals_app.services.processing import Queued, process_signals, try_cohort_attribution, try_community_forwarding
-from signals_app.services.sweep import requeue_pending_signals
+from signals_app.services.ingest import signals_ingest
+from signals_app.services.processing import Queued, signals_process, try_cohort_attribution, try_community_forwarding
+from signals_app.services.sweep import pending_signals_requeue
 from signals_app.sql import common as sql
 from tests.factories import UserFactory
 from tests.helpers import HOUR, backdate, ingest, join, sig
@@ -53,7 +53,7 @@ def test_one_signal_counts_once_in_each_community_and_cohort(sender, community, 
     join(USER, community, community2, cohort)
     at = HOUR + timedelta(minutes=17, seconds=3)
     ids = ingest(sender, sig(USER, item_id=9, kind="like", weight=2.5, at=at))
-    report = process_signals(signal_ids=ids)
+    report = signals_process(signal_ids=ids)
     assert (report.attributed, report.gated, report.no_target) == (1, 0, 0)
     row = (9, "like", HOUR, 1, 2.5, at)
     assert aggregates() == {
@@ -68,7 +68,7 @@ def test_one_signal_counts_once_in_each_community_and_cohort(sender, community, 
 def test_a_member_of_a_cohort_only_is_attributed(sender, cohort) -> None:
     join(USER, cohort)
     ids = ingest(sender, sig(USER))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert outcomes(ids) == [Outcome.ATTRIBUTED]
     assert len(aggregates()["cohort"]) == 1
 
@@ -76,7 +76,7 @@ def test_a_member_of_a_cohort_only_is_attributed(sender, cohort) -> None:
 def test_a_user_without_memberships_is_no_target(sender, community) -> None:
     join(USER + 1, community)
     ids = ingest(sender, sig(USER))
-    report = process_signals(signal_ids=ids)
+    report = signals_process(signal_ids=ids)
     assert report.no_target == 1
     assert outcomes(ids) == [Outcome.NO_TARGET]
     assert aggregates() == {"community": [], "cohort": []}
@@ -86,12 +86,12 @@ def test_a_user_without_memberships_is_no_target(sender, community) -> None:
 def test_a_left_user_is_gated_and_no_aggregate_changes(sender, community, cohort) -> None:
     join(USER, community, cohort)
     join(USER + 1, community, cohort)
-    process_signals(signal_ids=ingest(sender, sig(USER + 1)))
+    signals_process(signal_ids=ingest(sender, sig(USER + 1)))
     before = aggregates()
     leave_community_layer(user_id=USER)
     ids = ingest(sender, sig(USER), sig(USER, item_id=2))
     assert outcomes(ids) == [Outcome.GATED, Outcome.GATED]  # gated on receipt, never queued
-    assert process_signals(signal_ids=ids).processed == 0
+    assert signals_process(signal_ids=ids).processed == 0
     assert outcomes(ids) == [Outcome.GATED, Outcome.GATED]
     assert aggregates() == before
     assert Signal.objects.filter(pk__in=ids, processed_at__isnull=True).count() == 0
@@ -101,11 +101,11 @@ def test_after_rejoin_new_signals_count_and_gated_ones_stay_gated(sender, commun
     join(USER, community)
     leave_community_layer(user_id=USER)
     gated = ingest(sender, sig(USER))
-    process_signals(signal_ids=gated)
+    signals_process(signal_ids=gated)
     rejoin_community_layer(user_id=USER)
     fresh = ingest(sender, sig(USER))
-    process_signals(signal_ids=gated + fresh)
-    process_signals(signal_ids=gated)
+    signals_process(signal_ids=gated + fresh)
+    signals_process(signal_ids=gated)
     assert outcomes(gated) == [Outcome.GATED]
     assert outcomes(fresh) == [Outcome.ATTRIBUTED]
     assert [row[4] for row in aggregates()["community"]] == [1]
@@ -115,7 +115,7 @@ def test_leave_status_is_read_at_processing_not_at_ingest(sender, community) -> 
     join(USER, community)
     ids = ingest(sender, sig(USER))  # accepted while active
     leave_community_layer(user_id=USER)
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert outcomes(ids) == [Outcome.GATED]
     assert aggregates()["community"] == []
 
@@ -126,7 +126,7 @@ def test_a_signal_received_while_left_stays_gated_when_processed_after_rejoin(se
     leave_community_layer(user_id=USER)
     ids = ingest(sender, sig(USER))
     rejoin_community_layer(user_id=USER)
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert outcomes(ids) == [Outcome.GATED]
     assert aggregates() == before
 
@@ -134,10 +134,10 @@ def test_a_signal_received_while_left_stays_gated_when_processed_after_rejoin(se
 def test_a_leave_by_another_process_is_seen_by_a_warm_cache(sender, community) -> None:
     # The cache is warm (active) from the first batch; the leave is only in the database.
     join(USER, community)
-    process_signals(signal_ids=ingest(sender, sig(USER)))
+    signals_process(signal_ids=ingest(sender, sig(USER)))
     leave_community_layer(user_id=USER)
     ids = ingest(sender, sig(USER))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert outcomes(ids) == [Outcome.GATED]
 
 
@@ -145,7 +145,7 @@ def test_a_corrupt_leave_record_gates_its_user(sender, community) -> None:
     join(USER, community)
     CommunityLeave.objects.create(user_id=USER, value=b"\x07" * 9)
     ids = ingest(sender, sig(USER))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert outcomes(ids) == [Outcome.GATED]
 
 
@@ -159,7 +159,7 @@ def test_each_step_is_gated_at_its_top(step) -> None:
     rejoin_community_layer(user_id=USER + 2)  # version 3
     gate = leave_gate()
     batch = [Queued(1, USER, 3), Queued(2, USER + 1, 3), Queued(3, USER + 2, 1), Queued(4, USER + 2, 3)]
-    gate.preload({USER + 2: 1})  # as process_signals does: the history the warm did not see
+    gate.preload({USER + 2: 1})  # as signals_process does: the history the warm did not see
     # left now; active all along; left and back while queued; active since its receipt
     assert step(gate, batch) == [2, 4]
 
@@ -170,18 +170,18 @@ def test_each_step_is_gated_at_its_top(step) -> None:
 def test_processing_twice_changes_nothing(sender, community, cohort) -> None:
     join(USER, community, cohort)
     ids = ingest(sender, *(sig(USER, item_id=i % 3, weight=i) for i in range(10)))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     after_one = aggregates()
     processed = list(Signal.objects.order_by("id").values_list("id", "outcome", "processed_at"))
-    report = process_signals(signal_ids=ids)
+    report = signals_process(signal_ids=ids)
     assert report.processed == 0
     assert aggregates() == after_one
     assert list(Signal.objects.order_by("id").values_list("id", "outcome", "processed_at")) == processed
 
 
 def test_same_key_twice_by_one_sender_is_stored_once(sender) -> None:
-    first = ingest_signals(sender=sender, signals=[sig(USER, key="k1")])
-    second = ingest_signals(sender=sender, signals=[sig(USER, item_id=2, key="k1")])
+    first = signals_ingest(sender=sender, signals=[sig(USER, key="k1")])
+    second = signals_ingest(sender=sender, signals=[sig(USER, item_id=2, key="k1")])
     assert (first.accepted, first.duplicates) == (1, 0)
     assert (second.accepted, second.duplicates, second.signal_ids) == (0, 1, [])
     assert list(Signal.objects.values_list("item_id", flat=True)) == [1]
@@ -189,20 +189,20 @@ def test_same_key_twice_by_one_sender_is_stored_once(sender) -> None:
 
 def test_same_key_by_two_senders_is_stored_twice(sender) -> None:
     other = UserFactory()
-    ingest_signals(sender=sender, signals=[sig(USER, key="k1")])
-    result = ingest_signals(sender=other, signals=[sig(USER, key="k1")])
+    signals_ingest(sender=sender, signals=[sig(USER, key="k1")])
+    result = signals_ingest(sender=other, signals=[sig(USER, key="k1")])
     assert (result.accepted, result.duplicates) == (1, 0)
     assert Signal.objects.count() == 2
 
 
 def test_duplicate_keys_inside_one_batch_count_as_duplicates(sender) -> None:
-    result = ingest_signals(sender=sender, signals=[sig(USER, key="a"), sig(USER, key="a"), sig(USER, key="b")])
+    result = signals_ingest(sender=sender, signals=[sig(USER, key="a"), sig(USER, key="a"), sig(USER, key="b")])
     assert (result.accepted, result.duplicates) == (2, 1)
     assert sorted(Signal.objects.values_list("idempotency_key", flat=True)) == ["a", "b"]
 
 
 def test_signals_without_a_key_are_never_duplicates(sender) -> None:
-    result = ingest_signals(sender=sender, signals=[sig(USER), sig(USER)])
+    result = signals_ingest(sender=sender, signals=[sig(USER), sig(USER)])
     assert (result.accepted, result.duplicates) == (2, 0)
     assert Signal.objects.filter(idempotency_key__isnull=True).count() == 2
 
@@ -230,7 +230,7 @@ def test_ten_signals_of_one_hour_make_one_row(sender, community) -> None:
     join(USER, community)
     times = [HOUR + timedelta(minutes=m) for m in (5, 59, 0, 30, 12, 45, 1, 2, 3, 4)]
     ids = ingest(sender, *(sig(USER, weight=0.5, at=t) for t in times))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     assert aggregates()["community"] == [(community.pk, 1, "view", HOUR, 10, 5.0, max(times))]
 
 
@@ -238,7 +238,7 @@ def test_different_hours_items_and_kinds_make_different_rows(sender, community) 
     join(USER, community)
     early, late = HOUR - timedelta(minutes=1), HOUR + timedelta(minutes=1)
     ids = ingest(sender, sig(USER, at=early), sig(USER, at=late), sig(USER, item_id=2, at=late), sig(USER, kind="like"))
-    process_signals(signal_ids=ids)
+    signals_process(signal_ids=ids)
     rows = {(r[1], r[2], r[3]): r[4] for r in aggregates()["community"]}
     assert rows == {
         (1, "view", HOUR - timedelta(hours=1)): 1,
@@ -251,8 +251,8 @@ def test_different_hours_items_and_kinds_make_different_rows(sender, community) 
 def test_later_batches_add_to_existing_rows_and_keep_the_latest_time(sender, community) -> None:
     join(USER, community)
     late, early = HOUR + timedelta(minutes=50), HOUR + timedelta(minutes=10)
-    process_signals(signal_ids=ingest(sender, sig(USER, weight=2, at=late)))
-    process_signals(signal_ids=ingest(sender, sig(USER, weight=3, at=early)))
+    signals_process(signal_ids=ingest(sender, sig(USER, weight=2, at=late)))
+    signals_process(signal_ids=ingest(sender, sig(USER, weight=3, at=early)))
     assert aggregates()["community"] == [(community.pk, 1, "view", HOUR, 2, 5.0, late)]
 
 
@@ -270,7 +270,7 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
     ids = ingest(sender, *(sig(u, item_id=u) for u in users), sig(999_999))
     bulk_leave_community_layer(user_ids=[u for u in users if u % 10 == 0])  # after receipt: gated when processed
     with CaptureQueriesContext(connection) as ctx:
-        report = process_signals(signal_ids=ids)
+        report = signals_process(signal_ids=ids)
     assert report.processed == size and report.gated > 0 and report.no_target == 1
     return len(ctx.captured_queries), report.attributed
 
@@ -324,7 +324,7 @@ def test_an_unreachable_broker_leaves_signals_pending_for_the_sweep(
 
     monkeypatch.setattr(process_signal_batch, "apply_async", broker_down)
     with django_capture_on_commit_callbacks(execute=True):
-        result = ingest_signals(sender=sender, signals=[sig(USER)])
+        result = signals_ingest(sender=sender, signals=[sig(USER)])
     assert result.accepted == 1
     assert outcomes(result.signal_ids) == [Outcome.PENDING]
 
@@ -333,17 +333,17 @@ def test_requeue_enqueues_only_old_pending_signals(sender, community, enqueued) 
     join(USER, community)
     old_pending = ingest(sender, sig(USER), sig(USER))
     old_processed = ingest(sender, sig(USER))
-    process_signals(signal_ids=old_processed)
+    signals_process(signal_ids=old_processed)
     backdate(old_pending + old_processed, timedelta(minutes=10))
     ingest(sender, sig(USER))  # pending, but recent
-    assert requeue_pending_signals(older_than=timedelta(minutes=5)).enqueued == 2
+    assert pending_signals_requeue(older_than=timedelta(minutes=5)).enqueued == 2
     assert enqueued == [old_pending]
 
 
 def test_requeue_respects_its_limit(sender, enqueued) -> None:
     ids = ingest(sender, *(sig(u) for u in range(3)))
     backdate(ids, timedelta(hours=1))
-    assert requeue_pending_signals(older_than=timedelta(minutes=5), limit=2).enqueued == 2
+    assert pending_signals_requeue(older_than=timedelta(minutes=5), limit=2).enqueued == 2
     assert enqueued == [ids[:2]]
 
 
@@ -353,9 +353,9 @@ def test_requeue_respects_its_limit(sender, enqueued) -> None:
 def test_outcome_summary_counts_by_outcome_for_the_last_hour_and_day(sender, community) -> None:
     join(USER, community)
     leave_community_layer(user_id=USER + 1)
-    process_signals(signal_ids=ingest(sender, sig(USER), sig(USER), sig(USER + 1), sig(USER + 2)))
+    signals_process(signal_ids=ingest(sender, sig(USER), sig(USER), sig(USER + 1), sig(USER + 2)))
     yesterday = ingest(sender, sig(USER + 1))
-    process_signals(signal_ids=yesterday)
+    signals_process(signal_ids=yesterday)
     Signal.objects.filter(pk__in=yesterday).update(processed_at=timezone.now() - timedelta(hours=5))
     ingest(sender, sig(USER))  # pending
     old_pending = ingest(sender, sig(USER))

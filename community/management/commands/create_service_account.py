@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from community.permissions import SERVICE_PERMISSIONS
-from community.services.service_accounts import create_service_account
+from community.services.service_accounts import service_account_create
 
 
 class Command(BaseCommand):
@@ -27,7 +27,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, username: str, perms: list[str] | None, **options: Any) -> None:
         try:
-            token = create_service_account(username=username, perms=perms or list(SERVICE_PERMISSIONS))
+            token = service_account_create(username=username, perms=perms or list(SERVICE_PERMISSIONS))
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(token)

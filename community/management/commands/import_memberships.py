@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from community.services.membership_import import MembershipImportError, import_memberships
+from community.services.membership_import import MembershipImportError, memberships_import
 
 
 class Command(BaseCommand):
@@ -24,11 +24,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, path: Path, create_groups: bool, **options: Any) -> None:
         try:
             if str(path) == "-":
-                report = import_memberships(lines=sys.stdin, create_groups=create_groups)
+                report = memberships_import(lines=sys.stdin, create_groups=create_groups)
             else:
                 # utf-8-sig: a byte-order mark, as spreadsheets write, is not part of the first field.
                 with path.open(newline="", encoding="utf-8-sig") as handle:
-                    report = import_memberships(lines=handle, create_groups=create_groups)
+                    report = memberships_import(lines=handle, create_groups=create_groups)
         except (MembershipImportError, OSError) as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"added {report.added}, already there {report.already}, groups created {report.created}")

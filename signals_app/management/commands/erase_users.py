@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from community.ids import parse_user_id
 from community.models import ChangeSource
-from signals_app.erasure import erase_users
+from signals_app.erasure import users_erase
 
 
 class Command(BaseCommand):
@@ -28,7 +28,7 @@ class Command(BaseCommand):
                 ids.append(parse_user_id(token))
             except ValueError as exc:
                 raise CommandError(f"user id #{place} {token!r}: {exc}") from None
-        for receipt in erase_users(user_ids=ids, source=ChangeSource.COMMAND):
+        for receipt in users_erase(user_ids=ids, source=ChangeSource.COMMAND):
             already = " (already erased: nothing changed)" if receipt.already_erased else ""
             self.stdout.write(
                 f"user {receipt.user_id}: erase v{receipt.version}, signals removed {receipt.signals_removed}, "

@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from signals_app.services.sweep import requeue_pending_signals
+from signals_app.services.sweep import pending_signals_requeue
 
 
 class Command(BaseCommand):
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, older_than: float, limit: int, force: bool, **options: Any) -> None:
-        report = requeue_pending_signals(older_than=timedelta(seconds=older_than), limit=limit, force=force)
+        report = pending_signals_requeue(older_than=timedelta(seconds=older_than), limit=limit, force=force)
         line = f"enqueued {report.enqueued} pending signal(s)"
         if report.deferred:
             line += f"; {report.deferred} left alone: {report.queued_tasks} task(s) still queued (--force to send)"

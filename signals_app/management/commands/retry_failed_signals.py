@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from signals_app.services.processing import retry_failed_signals
+from signals_app.services.processing import failed_signals_retry
 
 
 class Command(BaseCommand):
@@ -17,5 +17,5 @@ class Command(BaseCommand):
         parser.add_argument("ids", nargs="*", type=int, help="Only these signal ids.")
 
     def handle(self, *args: Any, ids: list[int], **options: Any) -> None:
-        count = retry_failed_signals(signal_ids=ids or None)
+        count = failed_signals_retry(signal_ids=ids or None)
         self.stdout.write(f"enqueued {count} failed signal(s) again")
