@@ -182,6 +182,18 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+# What delivery writes on a subscription: shown by the API and the admin, never edited.
+WEBHOOK_DELIVERY_STATE = (
+    "consecutive_failures",
+    "failing_since",
+    "next_attempt_at",
+    "last_attempt_at",
+    "last_success_at",
+    "last_status_code",
+    "last_error",
+)
+
+
 class WebhookSubscription(models.Model):
     """A downstream system that receives every change, in version order, signed.
 

@@ -21,7 +21,7 @@ from community.permissions import CHANGE_SIGNALS, ERASE_ANY
 from tidalproject.paging import BigTableAdminMixin, recent_filter
 
 from .erasure import erasure_job_create, user_erase
-from .models import CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal
+from .models import SIGNAL_FIELDS, CohortAggregate, CommunityAggregate, ErasureJob, ErasureJobUser, Outcome, Signal
 from .selectors import outcome_summary, signal_kinds
 from .services.processing import failed_signals_retry
 
@@ -61,14 +61,7 @@ class ReadOnlyAdmin(BigTableAdminMixin, admin.ModelAdmin[Any]):
 @admin.register(Signal)
 class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
     list_display = [
-        "id",
-        "user_id",
-        "item_id",
-        "kind",
-        "weight",
-        "occurred_at",
-        "received_at",
-        "outcome",
+        *SIGNAL_FIELDS,
         "gated_reason",
         "fence_at_receipt",
         "fence_at_processing",

@@ -45,6 +45,11 @@ class GatedReason(models.IntegerChoices):
     CORRUPT_RECORD = 4, "corrupt_record"
 
 
+# What a signal says and when it came, then what became of it: the columns the admin's list
+# and the API's signals show first, in this order.
+SIGNAL_FIELDS = ("id", "user_id", "item_id", "kind", "weight", "occurred_at", "received_at", "outcome")
+
+
 class Signal(models.Model):
     """One signal of a user on an item, stored as pending and processed exactly once."""
 

@@ -15,7 +15,7 @@ from community.display import status_payload
 from community.fields import UserIdField
 
 from .erasure import ErasureReceipt
-from .models import ErasureJob, ErasureJobUser, GatedReason, Outcome, Signal
+from .models import SIGNAL_FIELDS, ErasureJob, ErasureJobUser, GatedReason, Outcome, Signal
 from .validation import KIND_RULE, MAX_ABS_WEIGHT, MAX_BATCH, MAX_KEY_LENGTH
 
 
@@ -100,14 +100,7 @@ class SignalOutSerializer(serializers.ModelSerializer[Signal]):
     class Meta:
         model = Signal
         fields = [
-            "id",
-            "user_id",
-            "item_id",
-            "kind",
-            "weight",
-            "occurred_at",
-            "received_at",
-            "outcome",
+            *SIGNAL_FIELDS,
             "processed_at",
             "fence_at_receipt",
             "fence_at_processing",

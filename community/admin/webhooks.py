@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..models import ChangeAction, WebhookDelivery, WebhookSubscription
+from ..models import WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
 from ..webhooks.lag import lag_samples
 from ..webhooks.ssrf import UnsafeTarget, check_url
 from ..webhooks.subscriptions import check_actions, webhook_subscription_create, webhook_subscription_update
@@ -62,13 +62,7 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin[WebhookSubscription]):
         "acked_version",
         "lag_versions",
         "lag_seconds",
-        "consecutive_failures",
-        "failing_since",
-        "next_attempt_at",
-        "last_attempt_at",
-        "last_success_at",
-        "last_status_code",
-        "last_error",
+        *WEBHOOK_DELIVERY_STATE,
         "created_at",
     ]
     actions = ["pause_selected", "resume_selected"]

@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 from ..membership import MAX_USER_ID
-from ..models import ChangeAction, WebhookDelivery, WebhookSubscription
+from ..models import WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
 
 
 def _check_secret(value: str) -> str:
@@ -63,27 +63,10 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscript
             "acked_version",
             "lag_versions",
             "lag_seconds",
-            "consecutive_failures",
-            "failing_since",
-            "next_attempt_at",
-            "last_attempt_at",
-            "last_success_at",
-            "last_status_code",
-            "last_error",
+            *WEBHOOK_DELIVERY_STATE,
             "created_at",
         ]
-        read_only_fields = [
-            "paused_reason",
-            "acked_version",
-            "consecutive_failures",
-            "failing_since",
-            "next_attempt_at",
-            "last_attempt_at",
-            "last_success_at",
-            "last_status_code",
-            "last_error",
-            "created_at",
-        ]
+        read_only_fields = ["paused_reason", "acked_version", *WEBHOOK_DELIVERY_STATE, "created_at"]
 
     def validate_url(self, value: str) -> str:
         from ..webhooks.ssrf import UnsafeTarget, check_url
