@@ -193,6 +193,9 @@ WEBHOOK_DELIVERY_STATE = (
     "last_error",
 )
 
+# One delivery attempt: what it carried and how it ended (the delivery log's columns).
+WEBHOOK_ATTEMPT_FIELDS = ("first_version", "last_version", "changes", "attempt", "ok", "status_code", "error")
+
 
 class WebhookSubscription(models.Model):
     """A downstream system that receives every change, in version order, signed.

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..models import WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
+from ..models import WEBHOOK_ATTEMPT_FIELDS, WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
 from ..webhooks.lag import lag_samples
 from ..webhooks.ssrf import UnsafeTarget, check_url
 from ..webhooks.subscriptions import check_actions, webhook_subscription_create, webhook_subscription_update
@@ -123,13 +123,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin[WebhookDelivery]):
     list_display = [
         "started_at",
         "subscription",
-        "first_version",
-        "last_version",
-        "changes",
-        "attempt",
-        "ok",
-        "status_code",
-        "error",
+        *WEBHOOK_ATTEMPT_FIELDS,
         "duration_ms",
     ]
     list_filter = ["ok", "subscription"]

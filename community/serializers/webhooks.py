@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import serializers
 
 from ..membership import MAX_USER_ID
-from ..models import WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
+from ..models import WEBHOOK_ATTEMPT_FIELDS, WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
 
 
 def _check_secret(value: str) -> str:
@@ -98,13 +98,7 @@ class WebhookDeliverySerializer(serializers.ModelSerializer[WebhookDelivery]):
         model = WebhookDelivery
         fields = [
             "id",
-            "first_version",
-            "last_version",
-            "changes",
-            "attempt",
-            "ok",
-            "status_code",
-            "error",
+            *WEBHOOK_ATTEMPT_FIELDS,
             "started_at",
             "duration_ms",
         ]
