@@ -16,11 +16,8 @@ database and stops gunicorn at the end, also on error, Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import shlex
-import signal
 import statistics
 import sys
 import time
@@ -28,74 +25,50 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(PROJECT_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import machine, run_sql  # noqa: E402 - needs the path above
+from bench import common
+from bench.common import progress
+from support.processes import Children
 
 DATABASE = "tidal_bench_pages"
-SETTINGS = "tidalproject.settings.dev"
-START = "<!-- pages:start -->"
-END = "<!-- pages:end -->"
+START, END = "<!-- pages:start -->", "<!-- pages:end -->"
 BUDGET_MS = 300.0
 DESCRIPTION = Path(__file__).with_name("pages.md")
-GUNICORN_CONFIG = PROJECT_DIR / "deploy" / "gunicorn.conf.py"
 CONSOLE = "/admin/community/communityleave/console"
 EXPLAINED_PER_PAGE = 8
+SIZES = {
+    "signals": (200_000, 10_000_000),
+    "records": (50_000, 1_000_000),
+    "history": (100_000, 5_000_000),
+    "requests": (10, 40),
+}
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # so that the finally clause stops gunicorn and drops the database
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small tables and fewer requests: a smoke run")
-    parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
-    parser.add_argument("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
-    parser.add_argument("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
-    parser.add_argument("--requests", type=int, help="requests per page (default 40; 10 quick)")
-    parser.add_argument("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
-    parser.add_argument(
+def parse_args(argv: list[str]) -> Any:
+    parser = common.arguments(__doc__, quick="small tables and fewer requests: a smoke run")
+    add = parser.add_argument
+    add("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
+    add("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
+    add("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
+    add("--requests", type=int, help="requests per page (default 40; 10 quick)")
+    add("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
+    add(
         "--reuse",
         action="store_true",
         help="keep the database between runs: fill it only when it is new (migrations still run); "
         "for working on the pages, not for the reported figures",
     )
-    parser.add_argument("--only", help="only the pages whose name contains this text (while working on them)")
-    parser.add_argument("--load-only", action="store_true", help="with --reuse: fill the database and stop")
-    parser.add_argument("--server", default="postgres://127.0.0.1:5432", help="PostgreSQL server URL, no database")
-    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update")
-    parser.add_argument("--no-write", action="store_true", help="print the results only")
-    parser.add_argument("--seed", type=int, default=20_240_101)
-    args = parser.parse_args(argv)
-    defaults = {
-        "signals": (200_000, 10_000_000),
-        "records": (50_000, 1_000_000),
-        "history": (100_000, 5_000_000),
-        "requests": (10, 40),
-    }
-    for name, (quick, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    add("--only", help="only the pages whose name contains this text (while working on them)")
+    add("--load-only", action="store_true", help="with --reuse: fill the database and stop")
+    args = common.parse(parser, argv, SIZES)
     if args.load_only and not args.reuse:
         parser.error("--load-only needs --reuse (the database is dropped otherwise)")
     if args.records < 1_000 or args.signals < 10_000 or args.history < args.records:
         parser.error("at least 1,000 records, 10,000 signals, and as many history rows as records")
     return args
-
-
-def command_line(argv: list[str]) -> str:
-    python = Path(sys.executable)
-    shown = python.relative_to(PROJECT_DIR) if python.is_relative_to(PROJECT_DIR) else python
-    return shlex.join([str(shown), "bench/pages.py", *argv])  # run from the project folder
 
 
 # --- what is requested --------------------------------------------------------------------
@@ -259,15 +232,6 @@ PAGES = [
 # --- over HTTP ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def session_log_in(base: str, username: str, password: str) -> Any:
     """The admin's log-in form, as a browser submits it: a session cookie."""
     import requests
@@ -382,49 +346,17 @@ def explain_pages(ctx: Context, admin_user: Any, token: str, big_tables: tuple[s
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    server = args.server.rstrip("/")
-    database_url = f"{server}/{DATABASE}"
-    # Forced, not defaulted: this script creates and drops the database it points Django at.
-    env = {
-        "DJANGO_SETTINGS_MODULE": SETTINGS,
-        "DATABASE_URL": database_url,
-        "DEBUG": "false",  # production's; dev's default DEBUG=True logs every query
-        "LOG_LEVEL": "WARNING",
-        "THROTTLE_LOGIN_RATE": "1000/minute",
-    }
-    os.environ.update(env)
-    child_env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")])),
-    }
-
-    import django
-    import psycopg
-
-    admin_url = f"{server}/postgres"
-    fresh = True
-    if args.reuse:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            fresh = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone() is None
-    if fresh:
-        run_sql(admin_url, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        run_sql(admin_url, f"CREATE DATABASE {DATABASE}")
-    children = None
-    try:
-        django.setup()
+    fresh = not (args.reuse and common.database_exists(args.server, DATABASE))
+    env = {"DEBUG": "false", "LOG_LEVEL": "WARNING", "THROTTLE_LOGIN_RATE": "1000/minute"}
+    with common.database(DATABASE, args.server, env, keep=args.reuse) as url, Children() as children:
+        import psycopg
         import requests
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Permission
-        from django.core.management import call_command
 
         from accounts.services import token_issue
         from bench import pages_data, report
-        from bench.pipeline_phases import answers
-        from bench.processes import Children, wait_until
 
-        progress("migrate")
-        call_command("migrate", verbosity=0)
         now = datetime.now(UTC)
         sizes = pages_data.Sizes(
             signals=args.signals,
@@ -445,8 +377,8 @@ def main(argv: list[str]) -> int:
             *Permission.objects.filter(codename__in=["view_communityleave", "view_signal", "view_cohort", "add_signal"])
         )
         token = token_issue(user=service)[1]
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            facts = machine(conn)
+        with psycopg.connect(url, autocommit=True) as conn:
+            facts = common.machine(conn)
             if fresh:
                 loaded = pages_data.fill(conn, sizes, sender_id=service.pk, now=now, progress=progress)
                 load_seconds = loaded.seconds
@@ -471,25 +403,8 @@ def main(argv: list[str]) -> int:
         if args.load_only:
             progress("loaded (--load-only)")
             return 0
-        ctx = Context(
-            users=sizes.users,
-            heavy_users=sizes.heavy_users,
-            signals=args.signals,
-            history=args.history,
-            communities=sizes.communities,
-            cohorts=sizes.cohorts,
-            now=now,
-        )
-
-        children = Children()
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        argv_ = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "tidalproject.wsgi:application"]
-        server_env = {**child_env, "BIND": f"127.0.0.1:{port}"}
-        if args.workers:
-            server_env["WEB_CONCURRENCY"] = str(args.workers)
-        gunicorn = children.start("gunicorn", argv_, env=server_env, cwd=PROJECT_DIR)
-        wait_until(lambda: answers(base, gunicorn), timeout=60, what=f"gunicorn at {base}:\n{gunicorn.tail()}")
+        ctx = Context(sizes.users, sizes.heavy_users, args.signals, args.history, sizes.communities, sizes.cohorts, now)
+        gunicorn, base = common.gunicorn(children, common.child_env(), args.workers)
         api = requests.Session()
         api.headers["Authorization"] = f"Token {token}"
         clients = {"session": session_log_in(base, "bench-operator", password), "token": api}
@@ -501,17 +416,6 @@ def main(argv: list[str]) -> int:
 
         progress("plans: each page through the test client, every statement EXPLAINed")
         plans = explain_pages(ctx, operator, token, pages_data.BIG_TABLES)
-    finally:
-        if children is not None:
-            children.stop_all()
-        from django.apps import apps
-
-        if apps.ready:
-            from django.db import connections
-
-            connections.close_all()
-        if not args.reuse:
-            run_sql(admin_url, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
 
     workers = args.workers or 2 * len(os.sched_getaffinity(0)) + 1
     facts += [
@@ -556,50 +460,18 @@ def main(argv: list[str]) -> int:
             )
         )
     passed = all(row.passed for row in rows_out) and not failed
-    command = command_line(argv)
-    print()
-    print(report.text_table("PAGES", rows_out))
-    for what in failed:
-        print(f"FAILED: {what}")
-    print(f"\n{'PASS' if passed else 'FAIL'}: {command}")
-    if not args.no_write:
-        section = markdown_section(command, facts, rows_out, failed, passed)
-        report.write_section(args.output, section, start=START, end=END)
-        print(f"results written to {args.output}")
-    return 0 if passed else 1
-
-
-def markdown_section(
-    command: str, facts: list[tuple[str, str]], rows: list[Any], failed: list[str], passed: bool
-) -> str:
-    from bench import report
-
-    fact_lines = "\n".join(f"| {key} | {value} |" for key, value in facts)
-    checks = (
-        "\n".join(f"- FAILED: {what}" for what in failed)
-        if failed
-        else "Every page answered 200 to every request, and no statement any page issued scans a big table "
-        "sequentially (the plans column names the index each one reads)."
+    command = common.command_line("pages.py", argv)
+    checks = common.checks_text(
+        failed,
+        "Every page answered 200 to every request, and no statement any page issued scans a big table "
+        "sequentially (the plans column names the index each one reads).",
     )
-    table = report.markdown_table(rows).replace("| Floor |", "| Queries a request; scans of the big tables |")
-    return f"""{DESCRIPTION.read_text().strip()}
-
-### Results of the last run: {"PASS" if passed else "FAIL"}
-
-```
-{command}
-```
-
-| Item | Value |
-|---|---|
-{fact_lines}
-
-{table}
-
-#### Checks
-
-{checks}
-"""
+    table = report.markdown_table(rows_out).replace("| Floor |", "| Queries a request; scans of the big tables |")
+    section = lambda: common.results_section(  # noqa: E731
+        command, facts, [("", table), ("Checks", checks)], passed, description=DESCRIPTION, level=3
+    )
+    printed = [report.text_table("PAGES", rows_out)]
+    return common.conclude(args, command, printed, failed, passed, section, (START, END), failed_prefix="FAILED")
 
 
 if __name__ == "__main__":

@@ -12,14 +12,11 @@ import itertools
 import json
 import math
 import re
-import socket
 import statistics
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +27,15 @@ from django.contrib.auth.models import Group, Permission
 
 from accounts.services import token_issue
 from bench import pipeline_data, pipeline_floor, tools
+from bench.common import gunicorn, progress
 from bench.pipeline_data import SIGNAL_TABLE, Dataset, Expected, Written
 from bench.pipeline_probe import CountingGate, Probe, top_functions
-from bench.processes import Child, Children, wait_until
-from bench.report import Row, ms, ratio, us
+from bench.report import Results, ms, ratio, us
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.services import enqueue_signal_processing, process_signals
+from support.processes import Child, Children
 
 THROUGHPUT_BUDGET = 0.8  # the worker at least 0.8x the set-based floor
 BARE_TABLES_BUDGET = 0.75  # the floor on the project's tables at least 0.75x on bare ones
@@ -48,7 +46,6 @@ INGEST_BUDGET = 0.7  # signals accepted over HTTP, at least 0.7x the bare insert
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_DIR = BENCH_DIR.parent
-GUNICORN_CONFIG = PROJECT_DIR / "deploy" / "gunicorn.conf.py"
 PENDING_SQL = f"SELECT count(*) FROM {SIGNAL_TABLE} WHERE outcome = 0"
 CELERY_QUEUE = "celery"
 
@@ -106,10 +103,6 @@ class WorkerRun:
         return [later - earlier for earlier, later in itertools.pairwise(moments)] or [math.nan]
 
 
-def progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
-
-
 def rate(value: float) -> str:
     return f"{value:,.0f} signals/s"
 
@@ -118,24 +111,14 @@ def percent(value: float) -> str:
     return f"{value * 100:.2f}%"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @dataclass
-class PipelineBench:
+class PipelineBench(Results):
     conn: psycopg.Connection[Any]
     data: Dataset
     options: Options
     child_env: dict[str, str]
     broker: redis.Redis
     children: Children
-    budgets: list[Row] = field(default_factory=list)
-    info: list[Row] = field(default_factory=list)
-    failed_checks: list[str] = field(default_factory=list)
     profile_text: str = ""
 
     def run(self) -> None:
@@ -144,25 +127,14 @@ class PipelineBench:
         self.throughput(want)
         self.gate_share()
         self.ingest()
-        for rows in (self.budgets, self.info):
-            rows.sort(key=lambda row: row.name.split(" ", 1)[0])
-
-    def check(self, ok: bool, what: str) -> None:
-        if not ok:
-            self.failed_checks.append(what)
-            print(f"CHECK FAILED: {what}", file=sys.stderr)
+        self.sort()
 
     def check_tables(self) -> None:
-        for name in ("SIGNAL_TABLE", "COMMUNITY_AGGREGATE_TABLE", "COHORT_AGGREGATE_TABLE"):
-            assert getattr(pipeline_floor, name) == getattr(pipeline_data, name), name
-        for name in ("COMMUNITY_MEMBER_TABLE", "COHORT_MEMBER_TABLE"):
-            assert getattr(pipeline_floor, name) == getattr(pipeline_data, name), name
+        for name in ("SIGNAL", "COMMUNITY_AGGREGATE", "COHORT_AGGREGATE", "COMMUNITY_MEMBER", "COHORT_MEMBER"):
+            assert getattr(pipeline_floor, f"{name}_TABLE") == getattr(pipeline_data, f"{name}_TABLE"), name
         assert CommunityLeave._meta.db_table == pipeline_floor.LEAVE_TABLE
-        assert (pipeline_floor.ATTRIBUTED, pipeline_floor.GATED, pipeline_floor.NO_TARGET) == (
-            Outcome.ATTRIBUTED,
-            Outcome.GATED,
-            Outcome.NO_TARGET,
-        )
+        floor_outcomes = (pipeline_floor.ATTRIBUTED, pipeline_floor.GATED, pipeline_floor.NO_TARGET)
+        assert floor_outcomes == (Outcome.ATTRIBUTED, Outcome.GATED, Outcome.NO_TARGET)
 
     def python(self, script: str) -> list[str]:
         return [sys.executable, str(BENCH_DIR / script)]
@@ -207,77 +179,55 @@ class PipelineBench:
         steady = statistics.median(run.steady_rate for run in runs)
         rounds = f"median of {len(floors)}" if len(floors) > 1 else "1 round"
         shown = ", ".join(rate(run.rate) for run in runs)
-        self.budgets.append(
-            Row(
-                f"1. processing throughput, 1 Celery worker (prefork, concurrency 1), batches of "
-                f"{settings.SIGNAL_BATCH_SIZE}, {count:,} signals, worker start to last commit ({rounds})",
-                rate(product),
-                f"{rate(floor)} (set-based SQL on plain psycopg, same writes)",
-                ratio(product / floor),
-                f"≥ {THROUGHPUT_BUDGET:g}x",
-                product / floor >= THROUGHPUT_BUDGET,
-            )
+        self.at_least(
+            f"1. processing throughput, 1 Celery worker (prefork, concurrency 1), batches of "
+            f"{settings.SIGNAL_BATCH_SIZE}, {count:,} signals, worker start to last commit ({rounds})",
+            rate(product),
+            f"{rate(floor)} (set-based SQL on plain psycopg, same writes)",
+            product / floor,
+            THROUGHPUT_BUDGET,
         )
         loop = statistics.median(loops)
-        self.info.append(
-            Row("1. the Python-loop floor (per-signal increments in Python, then upserts)", rate(loop), "", "")
-        )
+        self.note("1. the Python-loop floor (per-signal increments in Python, then upserts)", rate(loop))
         bare = self.bare_floor()
         if self.options.extras:
             self.extras_cost(bare)
-        self.budgets.append(
-            Row(
-                "1b. the set-based floor on the project's tables (foreign keys, indexes) vs on bare copies of them"
-                " (primary keys, the upserts' unique keys and the members' user_id index only), same data",
-                rate(floor),
-                f"{rate(bare)} (bare tables)",
-                ratio(floor / bare),
-                f"≥ {BARE_TABLES_BUDGET:g}x",
-                floor / bare >= BARE_TABLES_BUDGET,
-            )
+        self.at_least(
+            "1b. the set-based floor on the project's tables (foreign keys, indexes) vs on bare copies of them"
+            " (primary keys, the upserts' unique keys and the members' user_id index only), same data",
+            rate(floor),
+            f"{rate(bare)} (bare tables)",
+            floor / bare,
+            BARE_TABLES_BUDGET,
         )
-        self.info.append(Row("1. worker throughput of each round", shown))
-        self.info.append(Row("1. floor throughput of each round", ", ".join(rate(value) for value in floors)))
-        self.info.append(
-            Row(
-                "1. worker throughput from its first batch to its last (boot excluded)",
-                rate(steady),
-                rate(floor),
-                ratio(steady / floor),
-            )
-        )
+        self.note("1. worker throughput of each round", shown)
+        self.note("1. floor throughput of each round", ", ".join(rate(value) for value in floors))
+        steady_line = "1. worker throughput from its first batch to its last (boot excluded)"
+        self.note(steady_line, rate(steady), rate(floor), ratio(steady / floor))
         boot = statistics.median(run.boot for run in runs)
-        self.info.append(Row("1. worker boot: start to its first batch written", ms(boot)))
+        self.note("1. worker boot: start to its first batch written", ms(boot))
         batches = math.ceil(count / settings.SIGNAL_BATCH_SIZE) * len(floors)
         floor_batch = sum(floor_phases.values()) / batches
         cycle = statistics.median(statistics.median(run.cycles) for run in runs)
         inside = statistics.median(statistics.median(run.runtimes) for run in runs)  # NaN without log lines
-        self.info.append(
-            Row("1. worker per batch: one batch's write to the next's (median)", ms(cycle), ms(floor_batch))
+        self.note("1. worker per batch: one batch's write to the next's (median)", ms(cycle), ms(floor_batch))
+        self.note(
+            "1. worker per batch: inside the task (Celery's 'succeeded in', median)",
+            ms(inside) if not math.isnan(inside) else "n/a (no task lines in the worker's log)",
         )
-        self.info.append(
-            Row(
-                "1. worker per batch: inside the task (Celery's 'succeeded in', median)",
-                ms(inside) if not math.isnan(inside) else "n/a (no task lines in the worker's log)",
-            )
-        )
-        self.info.append(
-            Row(
-                "1. worker per batch: between tasks (ack, next message, prefork hand-over, connection checks)",
-                ms(cycle - inside) if not math.isnan(inside) else "n/a",
-            )
+        self.note(
+            "1. worker per batch: between tasks (ack, next message, prefork hand-over, connection checks)",
+            ms(cycle - inside) if not math.isnan(inside) else "n/a",
         )
         sessions = statistics.median(run.sessions for run in runs)
-        self.info.append(
-            Row(
-                "1. worker: PostgreSQL sessions opened during its run (pg_stat_database.sessions)",
-                f"{sessions:,.0f} for {math.ceil(count / settings.SIGNAL_BATCH_SIZE):,} tasks",
-                "1 (the floor's one connection)",
-            )
+        self.note(
+            "1. worker: PostgreSQL sessions opened during its run (pg_stat_database.sessions)",
+            f"{sessions:,.0f} for {math.ceil(count / settings.SIGNAL_BATCH_SIZE):,} tasks",
+            "1 (the floor's one connection)",
         )
         for phase, seconds in floor_phases.items():
             share = percent(seconds / batches / floor_batch)
-            self.info.append(Row(f"1. floor per batch: {FLOOR_PHASES[phase]}", us(seconds / batches), "", share))
+            self.note(f"1. floor per batch: {FLOOR_PHASES[phase]}", us(seconds / batches), "", share)
 
     def check_written(self, label: str, want: Expected) -> Written:
         written = pipeline_data.read_written(self.conn)
@@ -307,24 +257,16 @@ class PipelineBench:
         bare copies with that one added."""
         for name, statement in pipeline_data.product_extras(self.conn):
             with_it = self.bare_floor(statement)
-            self.info.append(
-                Row(f"1b. bare tables + {name}", rate(with_it), rate(bare), ratio(with_it / bare), "", None)
-            )
+            self.note(f"1b. bare tables + {name}", rate(with_it), rate(bare), ratio(with_it / bare))
 
     def run_floor(self, *, set_based: bool = False, prefix: str = "") -> dict[str, Any]:
         argv = [*self.python("pipeline_floor.py"), self.child_env["DATABASE_URL"]]
         argv += ["--batch-size", str(settings.SIGNAL_BATCH_SIZE)]
         argv += ["--set-based"] if set_based else []
         argv += ["--prefix", prefix] if prefix else []
-        child = self.children.start("floor", argv, env=self.child_env, cwd=PROJECT_DIR)
-        try:
-            code = child.wait(timeout=3_600)
-        finally:
-            self.children.stop(child)
-        if code != 0:
-            raise RuntimeError(f"the floor failed ({code}):\n{child.tail()}")
-        result: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
-        return result
+        return json_answer(
+            self.children, self.children.start("floor", argv, env=self.child_env, cwd=PROJECT_DIR), 3_600
+        )
 
     def run_worker(self) -> WorkerRun:
         """Enqueue every pending signal, start one worker, wait until none is pending."""
@@ -358,13 +300,7 @@ class PipelineBench:
         )
         # Only for information: absent if the project's logging ever hides Celery's task lines.
         runtimes = [float(seconds) for seconds in TASK_RUNTIME.findall(worker.output())]
-        return WorkerRun(
-            signals=count,
-            started=worker.started,
-            batch_moments=moments,
-            runtimes=runtimes or [math.nan],
-            sessions=sessions,
-        )
+        return WorkerRun(count, worker.started, moments, runtimes or [math.nan], sessions)
 
     def sessions(self) -> int:
         """Sessions ever opened on this database (PostgreSQL 14+), as the statistics say after a flush."""
@@ -455,57 +391,34 @@ class PipelineBench:
         lookup_time = per_call * calls_per_signal * probe.processed
         share = (probe.gate + lookup_time) / total
         per_batch = total / timed
-        self.budgets.append(
-            Row(
-                f"2. gate() (fence) + is_left look-ups, share of process_signals time, {timed} batches of {size}",
-                f"{percent(share)} ({us((probe.gate + lookup_time) / timed)} of {ms(per_batch)} a batch)",
-                "",
-                "",
-                f"< {GATE_SHARE_BUDGET:.0%}",
-                share < GATE_SHARE_BUDGET,
-            )
+        self.share_below(
+            f"2. gate() (fence) + is_left look-ups, share of process_signals time, {timed} batches of {size}",
+            f"{percent(share)} ({us((probe.gate + lookup_time) / timed)} of {ms(per_batch)} a batch)",
+            share,
+            GATE_SHARE_BUDGET,
         )
         with_queued = (probe.gate + probe.preload + lookup_time) / total
-        self.budgets.append(
-            Row(
-                f"2b. the same with the while-queued check ({WHILE_QUEUED_CHANGES} changes in every signal's"
-                " window) and the evidence written",
-                f"{percent(with_queued)} ({us((probe.gate + probe.preload + lookup_time) / timed)} a batch)",
-                "",
-                "",
-                f"< {WHILE_QUEUED_SHARE_BUDGET:.0%}",
-                with_queued < WHILE_QUEUED_SHARE_BUDGET,
-            )
+        self.share_below(
+            f"2b. the same with the while-queued check ({WHILE_QUEUED_CHANGES} changes in every signal's"
+            " window) and the evidence written",
+            f"{percent(with_queued)} ({us((probe.gate + probe.preload + lookup_time) / timed)} a batch)",
+            with_queued,
+            WHILE_QUEUED_SHARE_BUDGET,
         )
-        self.info.append(
-            Row(
-                "2. gate() per batch: the fence (one clock read), nothing changed",
-                us(probe.gate / timed),
-                "",
-                percent(probe.gate / total),
-            )
-        )
-        self.info.append(
-            Row(
-                f"2. is_left per call (timeit, median of {opts.lookup_rounds}, net of the loop) "
-                f"x {calls_per_signal:g} calls a signal",
-                f"{per_call * 1e9:,.1f} ns; {us(lookup_time / timed)} a batch",
-                "",
-                percent(lookup_time / total),
-            )
+        gate_line = "2. gate() per batch: the fence (one clock read), nothing changed"
+        self.note(gate_line, us(probe.gate / timed), "", percent(probe.gate / total))
+        self.note(
+            f"2. is_left per call (timeit, median of {opts.lookup_rounds}, net of the loop) "
+            f"x {calls_per_signal:g} calls a signal",
+            f"{per_call * 1e9:,.1f} ns; {us(lookup_time / timed)} a batch",
+            "",
+            percent(lookup_time / total),
         )
         in_process = probe.processed / total
-        self.info.append(
-            Row(
-                "2. process_signals in this process, no Celery (time inside process_signals only)",
-                rate(in_process),
-            )
-        )
-        self.info.append(Row("2. process_signals per batch, all of it", ms(per_batch), "", "100%"))
+        self.note("2. process_signals in this process, no Celery (time inside process_signals only)", rate(in_process))
+        self.note("2. process_signals per batch, all of it", ms(per_batch), "", "100%")
         for phase, seconds in probe.breakdown().items():
-            self.info.append(
-                Row(f"2. process_signals per batch: {phase}", us(seconds / timed), "", percent(seconds / total))
-            )
+            self.note(f"2. process_signals per batch: {phase}", us(seconds / timed), "", percent(seconds / total))
 
     # --- budget 3: ingest over HTTP ----------------------------------------------------------
 
@@ -526,43 +439,28 @@ class PipelineBench:
         result = self.serve_clients(token)
         accepted_rate = result["signals"] / opts.ingest_seconds
         self.check_ingested(result)
-        self.budgets.append(
-            Row(
-                f"3. ingest, POST /api/signals/ with 1,000 signals (half keyed), gunicorn {opts.ingest_workers} sync "
-                f"workers{' (deploy/gunicorn.conf.py)' if GUNICORN_CONFIG.exists() else ''}, {opts.ingest_clients} "
-                f"clients, {opts.ingest_seconds:g} s",
-                rate(accepted_rate),
-                f"{rate(floor_rate)} (psycopg INSERT … unnest, {opts.ingest_clients} connections)",
-                ratio(accepted_rate / floor_rate),
-                f"≥ {INGEST_BUDGET:g}x",
-                accepted_rate / floor_rate >= INGEST_BUDGET,
-            )
+        self.at_least(
+            f"3. ingest, POST /api/signals/ with 1,000 signals (half keyed), gunicorn {opts.ingest_workers} sync "
+            f"workers (deploy/gunicorn.conf.py), {opts.ingest_clients} clients, {opts.ingest_seconds:g} s",
+            rate(accepted_rate),
+            f"{rate(floor_rate)} (psycopg INSERT … unnest, {opts.ingest_clients} connections)",
+            accepted_rate / floor_rate,
+            INGEST_BUDGET,
         )
         latencies = sorted(result["latencies"])
         if latencies:
             p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
-            self.info.append(
-                Row(
-                    f"3. ingest request latency, {len(latencies):,} requests in the window",
-                    f"median {ms(statistics.median(latencies))}, p95 {ms(p95)}",
-                    f"median {ms(statistics.median(floor['latencies']))} a floor batch" if floor["latencies"] else "",
-                )
+            self.note(
+                f"3. ingest request latency, {len(latencies):,} requests in the window",
+                f"median {ms(statistics.median(latencies))}, p95 {ms(p95)}",
+                f"median {ms(statistics.median(floor['latencies']))} a floor batch" if floor["latencies"] else "",
             )
 
     def serve_clients(self, token: str) -> dict[str, Any]:
         """Start gunicorn, run the HTTP clients against it, stop it."""
         opts = self.options
-        port = free_port()
-        argv = [sys.executable, "-m", "gunicorn"]
-        # The project's production configuration (sync workers) where there is one; BIND and
-        # WEB_CONCURRENCY are what it reads for the address and the number of workers.
-        argv += ["-c", str(GUNICORN_CONFIG)] if GUNICORN_CONFIG.exists() else ["--worker-class", "sync"]
-        argv += ["--bind", f"127.0.0.1:{port}", "--workers", str(opts.ingest_workers), "tidalproject.wsgi:application"]
-        env = {**self.child_env, "BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(opts.ingest_workers)}
-        base = f"http://127.0.0.1:{port}"
-        server = self.children.start("gunicorn", argv, env=env, cwd=PROJECT_DIR)
+        server, base = gunicorn(self.children, self.child_env, opts.ingest_workers)
         try:
-            wait_until(lambda: answers(base, server), timeout=60, what=f"gunicorn at {base}:\n{server.tail()}")
             progress(
                 f"ingest: gunicorn, {opts.ingest_workers} sync workers; {opts.ingest_clients} clients posting "
                 f"1,000-signal batches for {opts.ingest_seconds:g} s"
@@ -608,37 +506,15 @@ class PipelineBench:
         opts = self.options
         start = time.time() + opts.ingest_warmup
         end = start + opts.ingest_seconds
+        argv = [*self.python("ingest_client.py"), mode, *target, "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
+        argv += ["--seed", str(opts.seed)]
         clients = [
             self.children.start(
-                f"client-{number}",
-                [
-                    *self.python("ingest_client.py"),
-                    mode,
-                    *target,
-                    "--client",
-                    str(number),
-                    "--start",
-                    f"{start:.6f}",
-                    "--end",
-                    f"{end:.6f}",
-                    "--seed",
-                    str(opts.seed),
-                ],
-                env={**self.child_env, **(env or {})},
-                cwd=PROJECT_DIR,
+                f"client-{n}", [*argv, "--client", str(n)], env={**self.child_env, **(env or {})}, cwd=PROJECT_DIR
             )
-            for number in range(opts.ingest_clients)
+            for n in range(opts.ingest_clients)
         ]
-        results: list[dict[str, Any]] = []
-        try:
-            for client in clients:
-                code = client.wait(timeout=max(end - time.time(), 0) + 120)
-                if code != 0:
-                    raise RuntimeError(f"ingest client {client.name} failed ({code}):\n{client.tail()}")
-                results.append(json.loads(client.output().strip().splitlines()[-1]))
-        finally:
-            for client in clients:
-                self.children.stop(client)
+        results = [json_answer(self.children, client, max(end - time.time(), 0) + 120) for client in clients]
         merged: dict[str, Any] = {
             key: sum(r[key] for r in results)
             for key in ("requests", "signals", "total_requests", "total_signals", "errors")
@@ -659,14 +535,13 @@ def queued_signal_ids(broker: redis.Redis) -> tuple[int, set[int]]:
     return len(messages), unique if len(unique) == len(ids) else set()
 
 
-def answers(base: str, server: Child) -> bool:
-    """Whether the server answers HTTP (any status); raises if it has exited."""
-    if not server.running:
-        raise RuntimeError(f"gunicorn exited ({server.proc.returncode}):\n{server.tail()}")
+def json_answer(children: Children, child: Child, timeout: float) -> dict[str, Any]:
+    """What a child prints last, one line of JSON, once it exits; it is stopped in any case."""
     try:
-        with urllib.request.urlopen(f"{base}/api/signals/", timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True  # 401/405: it answers
-    except OSError:
-        return False
+        code = child.wait(timeout=timeout)
+    finally:
+        children.stop(child)
+    if code != 0:
+        raise RuntimeError(f"{child.name} failed ({code}):\n{child.tail()}")
+    answer: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
+    return answer

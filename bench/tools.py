@@ -108,7 +108,7 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     for line in _STATUS.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -117,7 +117,7 @@ def _status_kib(field: str) -> int:
 
 def resident_bytes() -> int:
     """This process's resident set now."""
-    return _status_kib("VmRSS") * 1024
+    return status_kib("VmRSS") * 1024
 
 
 def rss_retained(fn: Callable[[], object]) -> tuple[object, int | None]:
@@ -136,7 +136,7 @@ def rss_retained(fn: Callable[[], object]) -> tuple[object, int | None]:
     def settled() -> int:
         gc.collect()
         libc.malloc_trim(0)
-        return _status_kib("VmRSS") * 1024
+        return status_kib("VmRSS") * 1024
 
     before = settled()
     result = fn()
@@ -152,11 +152,11 @@ def rss_peak(fn: Callable[[], object]) -> tuple[object, int | None]:
     gc.collect()
     try:
         _CLEAR_REFS.write_text("5")
-        before = _status_kib("VmRSS")
+        before = status_kib("VmRSS")
     except OSError:
         return fn(), None
     result = fn()
-    return result, (_status_kib("VmHWM") - before) * 1024
+    return result, (status_kib("VmHWM") - before) * 1024
 
 
 def set_floor_bytes(ids: Iterable[int]) -> int:

@@ -17,36 +17,22 @@ copy with one aggregate and one outcome altered.
 
 from __future__ import annotations
 
-import argparse
-import os
 import resource
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common
+
 DATABASE = "tidal_bench_verify"
 START, END = "<!-- verify:start -->", "<!-- verify:end -->"
 
 USERS = 1_000_000
 LEAVERS = 100_000  # users 1..LEAVERS left at version = their id
 WINDOW = 10  # each signal's processing fence is its receipt fence + WINDOW
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--signals", type=int, default=10_000_000, help="signals (default 10,000,000)")
-    parser.add_argument("--server", default="postgres://127.0.0.1:5432")
-    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    return parser.parse_args(argv)
-
-
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(1)
 
 
 def fill(conn: Any, signals: int) -> None:
@@ -125,37 +111,18 @@ def fill(conn: Any, signals: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    server = args.server.rstrip("/")
-    database_url = f"{server}/{DATABASE}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tidalproject.settings.dev"
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    sys.path.insert(0, str(PROJECT_DIR))
-
-    import django
-    import psycopg
-
-    def admin(sql: str) -> None:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-            conn.execute(sql)
-
-    admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {DATABASE}")
-    try:
-        django.setup()
-        from django.core.management import call_command
-        from django.db import connections
+    parser = common.arguments(__doc__)
+    parser.add_argument("--signals", type=int, default=10_000_000, help="signals (default 10,000,000)")
+    args = parser.parse_args(argv)
+    with common.database(DATABASE, args.server) as url:
+        import psycopg
 
         from bench import report
         from signals_app.models import CommunityAggregate, Outcome, Signal
         from signals_app.verification import verify_stop_forward
 
-        call_command("migrate", verbosity=0)
         started = time.perf_counter()
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             fill(conn, args.signals)
         filled = time.perf_counter() - started
         print(f"filled {args.signals:,} signals in {filled:.1f} s", flush=True)
@@ -184,12 +151,6 @@ def main(argv: list[str]) -> int:
                 "it fails on an altered aggregate and an altered outcome, naming both",
             )
         )
-    finally:
-        from django.apps import apps
-
-        if apps.ready:
-            connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
 
     passed = all(ok for ok, _ in checks)
     rows = [
@@ -197,14 +158,10 @@ def main(argv: list[str]) -> int:
             f"verify_stop_forward over {args.signals:,} signals ({result.attributed:,} attributed, "
             f"{result.gated:,} gated), {LEAVERS:,} history rows, {result.aggregate_rows_checked:,} aggregate rows",
             f"{seconds:,.1f} s ({args.signals / seconds:,.0f} signals/s)",
-            "",
-            "",
         ),
         report.Row(
             "peak resident memory of the verifying process (ru_maxrss)",
             f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
-            "",
-            "",
         ),
     ]
     command = "python bench/verify.py" + (f" --signals {args.signals}" if args.signals != 10_000_000 else "")
@@ -212,18 +169,9 @@ def main(argv: list[str]) -> int:
     for ok, what in checks:
         print(f"{'ok' if ok else 'CHECK FAILED'}: {what}")
     if not args.no_write:
-        lines = [
-            f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}",
-            "",
-            "```",
-            command,
-            "```",
-            "",
-            report.markdown_table(rows),
-            "",
-            *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks),
-            f"- data made in the database in {filled:,.0f} s (not part of the figure above)",
-        ]
+        lines = [f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}", "", f"```\n{command}\n```", ""]
+        lines += [report.markdown_table(rows), "", *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks)]
+        lines.append(f"- data made in the database in {filled:,.0f} s (not part of the figure above)")
         report.write_section(args.output, "\n".join(lines), start=START, end=END)
         print(f"results written to {args.output}")
     return 0 if passed else 1
