@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -147,6 +147,14 @@ class SignalLoad:
             thread.join(120)
         self.seconds = time.monotonic() - self.started
 
+    @property
+    def rate(self) -> float:
+        """Signals accepted a second."""
+        return round(len(self.sent) / self.seconds, 1)
+
+    def error_counts(self) -> dict[str, int]:
+        return {str(status): count for status, count in self.errors.items()}
+
     def wait(self, timeout: float) -> None:
         """Until ``total`` signals were accepted (or ``timeout``)."""
         deadline = time.monotonic() + timeout
@@ -239,6 +247,41 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
     return found
 
 
+class Threads:
+    """``count`` threads, each running ``work(index, stop)`` until ``stop`` is set: started on
+    entering, stopped and joined on leaving; ``seconds`` is how long they ran."""
+
+    def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
+        self.stop = threading.Event()
+        self._threads = [threading.Thread(target=work, args=(i, self.stop), daemon=True) for i in range(count)]
+
+    def __enter__(self) -> Threads:
+        self.started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(60)
+        self.seconds = time.monotonic() - self.started
+
+
+def nothing_lost(checks: dict[str, Any]) -> bool:
+    """Every accepted signal stored and processed once: the aggregates equal the expectation."""
+    return bool(checks["aggregates_match"] and not (checks["missing"] or checks["duplicated"] or checks["pending"]))
+
+
+def all_match(caches: dict[Any, bool]) -> bool:
+    """At least one process's cache was seen, and each equals the database."""
+    return bool(caches) and all(caches.values())
+
+
+def server_errors(statuses: dict[str, int]) -> int:
+    return sum(count for status, count in statuses.items() if status.startswith("5"))
+
+
 @dataclass
 class LossResult:
     """What a fault drill on the signal flow reports; it passes when nothing was lost or
@@ -251,12 +294,4 @@ class LossResult:
 
     @property
     def passed(self) -> bool:
-        c = self.checks
-        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
-        return bool(
-            c["aggregates_match"]
-            and not c["missing"]
-            and not c["duplicated"]
-            and not c["pending"]
-            and not server_errors
-        )
+        return nothing_lost(self.checks) and not server_errors(self.http_errors)

@@ -35,22 +35,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from drills.deployment import PROJECT_DIR, Deployment
-from drills.hostile_input.common import HostileInputResult, operations
+from drills.hostile_input import sweeps
+from drills.hostile_input.common import HostileInputResult, operations, server_tracebacks, traceback_for
 from drills.hostile_input.schemathesis_run import run_schemathesis, schemathesis_failures, summarise_schemathesis
-from drills.hostile_input.sweeps import (
-    authorization_sweep,
-    bad_body_sweep,
-    bad_path_sweep,
-    make_fixture,
-    summarise_sweeps,
-)
-from drills.hostile_input.tracebacks import server_tracebacks, traceback_for
 from support.client import LOOPBACK
 
-SHORT_EXAMPLES = 50
-
-
-FULL_EXAMPLES = 200
+SHORT_EXAMPLES, FULL_EXAMPLES = 50, 200
 
 
 def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
@@ -61,11 +51,11 @@ def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
     seed = int(os.environ.get("HOSTILE_INPUT_SEED") or random.randrange(2**31))
 
     ops = operations(dep)
-    fx = make_fixture(dep)
+    fx = sweeps.make_fixture(dep)
     started = time.monotonic()
-    bad = bad_body_sweep(dep, ops, fx)
-    paths = bad_path_sweep(dep, ops, fx)
-    authz = authorization_sweep(dep, ops, fx)
+    bad = sweeps.bad_body_sweep(dep, ops, fx)
+    paths = sweeps.bad_path_sweep(dep, ops, fx)
+    authz = sweeps.authorization_sweep(dep, ops, fx)
     sent = len(bad) + len(paths) + len(authz)
     print(f"   sweeps: {sent} requests in {time.monotonic() - started:.1f}s", flush=True)
 
@@ -89,7 +79,7 @@ def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
         schemathesis_seconds=round(st_seconds, 1),
     )
     summarise_schemathesis(result, report, failures, tracebacks, st_log)
-    summarise_sweeps(result, ops, authz, bad, paths, tracebacks)
+    sweeps.summarise_sweeps(result, ops, authz, bad, paths, tracebacks)
 
     details = dep.logs / "hostile_input.json"
     probes = [

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from drills.deployment import Deployment
-from drills.hostile_input.common import PUBLIC_PAGES, TOKEN_LOGIN, Answer, HostileInputResult, Operation, exchange
-from drills.hostile_input.tracebacks import traceback_for, traceback_summary
+from drills.hostile_input.common import (
+    PUBLIC_PAGES,
+    TOKEN_LOGIN,
+    Answer,
+    HostileInputResult,
+    Operation,
+    exchange,
+    traceback_for,
+    traceback_summary,
+)
 
 # What a plain account may use besides its own user id (everything else is refused).
 PLAIN_ALLOWED = {
@@ -22,10 +30,7 @@ PLAIN_ALLOWED = {
     ("GET", "/api/communities/{slug}/"),
     ("GET", "/api/communities/{slug}/trending/"),
 }
-
-
 DENIED = {400, 403, 404, 405}
-
 
 # Tables a refused or malformed request must not change.
 WATCHED = {
