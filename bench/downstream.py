@@ -1,7 +1,7 @@
 """Downstream figures: the change feed, the CSV export and webhook latency; see BENCHMARKS.md.
 
     python bench/downstream.py              # writes the "Downstream" section of BENCHMARKS.md
-    python bench/downstream.py --no-write   # print only
+    python bench/downstream.py --quick --no-write   # 50,000 rows, 2,000 changes: a smoke run, print only
 
 Creates its own PostgreSQL database (tidal_bench_downstream), migrates it, and drops it at
 the end. The webhook latency starts a real Celery worker (prefork, 2 processes) on the Redis
@@ -20,15 +20,15 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
-from bench.tools import status_kib
+from bench.tools import copy_records, status_kib
 from support.processes import Children
+from support.receiver import serve
 
 DATABASE = "tidal_bench_downstream"
 START, END = "<!-- downstream:begin -->", "<!-- downstream:end -->"
@@ -72,17 +72,13 @@ def fill_changes(count: int) -> None:
 
 
 def copy_left(count: int, offset: int) -> None:
-    from django.db import connection
+    import psycopg
 
     from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 
     value = serialize_membership(CommunityMembership(0, MembershipStatus.LEFT, 1_700_000_000_000_000_000))
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy("COPY community_communityleave (user_id, value) FROM STDIN") as copy,
-    ):
-        for uid in range(offset, offset + count):
-            copy.write_row((uid, value))
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        copy_records(conn, "community_communityleave", ((uid, value) for uid in range(offset, offset + count)))
 
 
 def bench_feed(changes: int) -> dict[str, Any]:
@@ -118,24 +114,14 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
     arrivals: dict[int, float] = {}
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def receive(headers: dict[str, str], body: bytes) -> int:
+        now = time.perf_counter()
+        with lock:
+            for change in json.loads(body)["data"]["changes"]:
+                arrivals.setdefault(change["user_id"], now)
+        return 204
 
-        def do_POST(self) -> None:
-            now = time.perf_counter()
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                for change in body["data"]["changes"]:
-                    arrivals.setdefault(change["user_id"], now)
-            self.send_response(204)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(receive, protocol="HTTP/1.1")
     webhook_subscription_create(name="bench", url=f"http://127.0.0.1:{server.server_address[1]}/")
     import redis
 
@@ -166,14 +152,15 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = common.arguments(__doc__)
+    parser = common.arguments(__doc__, quick="50,000 rows, 2,000 changes, 20 samples: a smoke run")
     add = parser.add_argument
     add("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/6"))
-    add("--export-rows", type=int, default=1_000_000)
-    add("--feed-changes", type=int, default=10_000)
-    add("--latency-samples", type=int, default=200)
+    add("--export-rows", type=int, help="default 1,000,000")
+    add("--feed-changes", type=int, help="default 10,000")
+    add("--latency-samples", type=int, help="default 200")
     add("--child-export", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    sizes = {"export_rows": (50_000, 1_000_000), "feed_changes": (2_000, 10_000), "latency_samples": (20, 200)}
+    args = common.parse(parser, argv, sizes)
     if args.child_export:
         child_export()
         return 0

@@ -11,13 +11,14 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from drills import checks
 from drills.deployment import Deployment
+from support.receiver import serve
 
 DOWN_SECONDS = 30.0
 
@@ -45,26 +46,6 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            # HTTP/1.0: a connection per message, so a stopped receiver is really down (a
-            # kept-alive connection would go on being served by its handler thread).
-            protocol_version = "HTTP/1.0"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status = receiver.receive({k.lower(): v for k, v in self.headers.items()}, body)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
-
     def receive(self, headers: dict[str, str], body: bytes) -> int:
         with self.lock:
             self._in_flight += 1
@@ -88,10 +69,8 @@ class Receiver:
                 self._in_flight -= 1
 
     def start(self) -> None:
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self.port = server.server_address[1]
-        self.server = server
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.server = serve(self.receive, port=self.port)
+        self.port = self.server.server_address[1]
 
     def stop(self) -> None:
         if self.server is not None:
@@ -206,7 +185,7 @@ def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
                 down.start()
                 down_seconds = round(time.monotonic() - down_at, 1)
             if dep.clock() >= target_changes:
-                storming.stop.set()
+                storming.stopping.set()
             time.sleep(0.2)
     if down.server is None:
         down.start()
