@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -227,3 +228,15 @@ def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> 
 
     wait_until(answers, timeout=60, what=f"gunicorn at {base}")
     return server, base
+
+
+def json_answer(children: Any, child: Any, timeout: float) -> dict[str, Any]:
+    """What a child prints last, one line of JSON, once it exits; it is stopped in any case."""
+    try:
+        code = child.wait(timeout=timeout)
+    finally:
+        children.stop(child)
+    if code != 0:
+        raise RuntimeError(f"{child.name} failed ({code}):\n{child.tail()}")
+    answer: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
+    return answer

@@ -1,21 +1,12 @@
 """Erasing one user with 100,000 attributed signals, against a hand-written SQL floor.
 
     .venv/bin/python bench/erasure.py               # 100,000 signals a user, 3 rounds
-    .venv/bin/python bench/erasure.py --signals 20000 --rounds 1   # a smoke run
+    .venv/bin/python bench/erasure.py --quick       # 5,000 signals a user, 1 round: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_erasure, on --server, default BENCH_PG_SERVER
-or postgres://127.0.0.1:5432; bench/common.py), and fills it in SQL: per round two erased users
-(one for the product, one for the floor), each with ``--signals`` attributed signals over 500
-items, three kinds of hour in 24 hours, credited to 3 communities and 2 cohorts; plus 200 other
-users with as many signals in all on the same items, so that most aggregate rows are shared
-(decremented, ``last_at`` recomputed) and some are the erased user's alone (deleted).
-
-The product: ``signals_app.erasure.erase_user`` (clock lock, history row, locking the rows,
-the set-based subtraction, deleting the signals, the receipt, the settle pass). The floor: the
-same subtraction and deletion hand-written on plain psycopg in one transaction (lock, one
-statement per aggregate table, one DELETE), without the history, the fence or the settle pass.
-Rounds alternate which goes first. Then ``verify_stop_forward`` must pass. Prints a table and
-rewrites the ``bench:erasure`` section of BENCHMARKS.md. Budget: at most 2x the floor.
+Its own database (tidal_bench_erasure, on --server, default BENCH_PG_SERVER or
+postgres://127.0.0.1:5432), filled in SQL: per round two erased users (one for the product,
+one for the floor) and 200 other users on the same items. What is measured and the budget (2x
+the floor) are in the section it writes (``main`` below).
 """
 
 from __future__ import annotations
@@ -31,7 +22,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, tools
 
 DATABASE = "tidal_bench_erasure"
 START, END = "<!-- bench:erasure:start -->", "<!-- bench:erasure:end -->"
@@ -45,10 +36,7 @@ def floor_erase(database_url: str, user_id: int) -> float:
         conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM signals_app_signal WHERE user_id = %s FOR UPDATE) t", [user_id]
         )
-        for table, target, credited in (
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-        ):
+        for table, target, credited in reversed(tools.AGGREGATES):
             conn.execute(
                 f"""
                 WITH removed AS (
@@ -101,27 +89,18 @@ def fill(database_url: str, *, erased: list[int], signals: int, sender: int, gro
             + " FROM generate_series(1, %(n)s) g WHERE g %% 5 <> 0",
             params,
         )
-        for table, target, credited in (
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-        ):
-            conn.execute(
-                f"INSERT INTO {table} ({target}, hour, item_id, kind, count, weight_sum, last_at) "
-                "SELECT c.t::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
-                " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) FROM signals_app_signal s"
-                f" CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(t) GROUP BY 1, 2, 3, 4"
-            )
+        tools.add_up_aggregates(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
 
 
 def main(argv: list[str]) -> int:
-    parser = common.arguments(__doc__)
+    parser = common.arguments(__doc__, quick="5,000 signals a user, 1 round: a smoke run")
     parser.set_defaults(server=os.environ.get("BENCH_PG_SERVER", common.SERVER))
-    parser.add_argument("--signals", type=int, default=100_000, help="attributed signals of each erased user")
-    parser.add_argument("--rounds", type=int, default=3)
-    options = parser.parse_args(argv)
+    parser.add_argument("--signals", type=int, help="attributed signals of each erased user (default 100,000)")
+    parser.add_argument("--rounds", type=int, help="default 3")
+    options = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
     with common.database(DATABASE, options.server, debug=None) as database_url:
         from django.contrib.auth import get_user_model
 

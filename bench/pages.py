@@ -3,26 +3,14 @@
     python bench/pages.py            # 10,000,000 signals, 1,000,000 records, 5,000,000 history rows
     python bench/pages.py --quick    # 200,000 / 50,000 / 100,000: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_pages), migrates it, fills it in SQL
-(bench/pages_data.py), VACUUM ANALYZEs it, starts gunicorn from deploy/gunicorn.conf.py on a
-free loopback port, logs an operator in (the admin's log-in form: a session) and issues an
-API token to a service account, then requests every page and endpoint ``--requests`` times,
-one request at a time, with varied ids, slugs and filters; then, in this process, runs each
-page again through Django's test client and EXPLAINs every query it issued. Rewrites the
-section between the ``pages`` markers of BENCHMARKS.md; exits 1 when a p95 is at or above
-300 ms, a page answers other than 200, or a query scans a big table sequentially. Drops the
-database and stops gunicorn at the end, also on error, Ctrl-C or SIGTERM.
+What it does, and what fails it, is bench/pages.md (the text above its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import statistics
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,14 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
 from bench.common import progress
+from bench.pages_requests import PAGES, Context, explain_pages, measure, session_log_in
 from support.processes import Children
 
 DATABASE = "tidal_bench_pages"
 START, END = "<!-- pages:start -->", "<!-- pages:end -->"
 BUDGET_MS = 300.0
 DESCRIPTION = Path(__file__).with_name("pages.md")
-CONSOLE = "/admin/community/communityleave/console"
-EXPLAINED_PER_PAGE = 8
 SIZES = {
     "signals": (200_000, 10_000_000),
     "records": (50_000, 1_000_000),
@@ -69,276 +56,6 @@ def parse_args(argv: list[str]) -> Any:
     if args.records < 1_000 or args.signals < 10_000 or args.history < args.records:
         parser.error("at least 1,000 records, 10,000 signals, and as many history rows as records")
     return args
-
-
-# --- what is requested --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the samplers draw from."""
-
-    users: int  # signals' users are 1..users; even ids have a record and history
-    heavy_users: int
-    signals: int
-    history: int
-    communities: int
-    cohorts: int
-    now: datetime
-
-
-Sampler = Callable[[int, random.Random, Context], str]
-
-
-@dataclass(frozen=True)
-class Page:
-    name: str
-    auth: str  # "session" (the admin) or "token" (the API)
-    sample: Sampler
-
-
-@dataclass
-class Measured:
-    page: Page
-    seconds: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def percentile(self, share: float) -> float:
-        ordered = sorted(self.seconds)
-        return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
-
-
-def _cycle(i: int, choices: list[Any]) -> Any:
-    return choices[i % len(choices)]
-
-
-def _user(i: int, rng: random.Random, ctx: Context) -> int:
-    """A user with a record and history; every fourth one a heavy user (a long signal list)."""
-    if i % 4 == 3:
-        return 2 * rng.randint(1, ctx.heavy_users)
-    return 2 * rng.randint(1, ctx.users // 2)
-
-
-def _since(ctx: Context, hours: int) -> str:
-    return (ctx.now - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:00:00Z")
-
-
-KINDS = ["view", "like", "share", "comment", "save", "click", "follow", "report"]
-SIGNALS = "/admin/signals_app/signal/"
-RECORDS = "/admin/community/communityleave/"
-HISTORY = "/admin/community/leavehistory/"
-COMMUNITY_AGGREGATES = "/admin/signals_app/communityaggregate/"
-COHORT_AGGREGATES = "/admin/signals_app/cohortaggregate/"
-
-PAGES = [
-    Page("admin: signals", "session", lambda i, r, c: SIGNALS),
-    Page("admin: signals, page 2 to 9", "session", lambda i, r, c: f"{SIGNALS}?p={2 + i % 8}"),
-    Page(
-        "admin: signals by outcome", "session", lambda i, r, c: f"{SIGNALS}?outcome__exact={_cycle(i, [2, 4, 0, 3, 1])}"
-    ),
-    Page(
-        "admin: signals by gated reason",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?gated_reason__exact={_cycle(i, [4, 1, 2, 3])}",
-    ),
-    Page("admin: signals by kind", "session", lambda i, r, c: f"{SIGNALS}?kind={_cycle(i, KINDS[::-1])}"),
-    Page(
-        "admin: signals received in the last …",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?received={_cycle(i, ['1h', '24h', '7d', '30d'])}",
-    ),
-    Page(
-        "admin: signals by outcome and kind",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?outcome__exact={_cycle(i, [2, 3])}&kind={_cycle(i, ['report', 'view', 'like'])}",
-    ),
-    Page("admin: signals, search by user id", "session", lambda i, r, c: f"{SIGNALS}?q={_user(i, r, c)}"),
-    Page("admin: a signal", "session", lambda i, r, c: f"{SIGNALS}{r.randint(1, c.signals)}/change/"),
-    Page("admin: leave records", "session", lambda i, r, c: RECORDS),
-    Page(
-        "admin: leave records by status",
-        "session",
-        lambda i, r, c: f"{RECORDS}?status={_cycle(i, ['corrupt', 'active', 'left'])}",
-    ),
-    Page("admin: leave records, search by user id", "session", lambda i, r, c: f"{RECORDS}?q={_user(i, r, c)}"),
-    Page("admin: a leave record", "session", lambda i, r, c: f"{RECORDS}{_user(i, r, c)}/change/"),
-    Page("admin: history", "session", lambda i, r, c: HISTORY),
-    Page("admin: a history entry", "session", lambda i, r, c: f"{HISTORY}{r.randint(1, c.history)}/change/"),
-    Page(
-        "admin: history by action or source",
-        "session",
-        lambda i, r, c: (
-            HISTORY
-            + _cycle(
-                i, ["?source__exact=command", "?action__exact=rejoin", "?source__exact=admin", "?action__exact=leave"]
-            )
-        ),
-    ),
-    Page(
-        "admin: history changed in the last …",
-        "session",
-        lambda i, r, c: f"{HISTORY}?changed={_cycle(i, ['1h', '24h', '7d', '30d'])}",
-    ),
-    Page("admin: history, search by user id", "session", lambda i, r, c: f"{HISTORY}?q={_user(i, r, c)}"),
-    Page("admin: community aggregates", "session", lambda i, r, c: COMMUNITY_AGGREGATES),
-    Page(
-        "admin: community aggregates by community",
-        "session",
-        lambda i, r, c: f"{COMMUNITY_AGGREGATES}?community__id__exact={r.randint(1, c.communities)}",
-    ),
-    Page(
-        "admin: community aggregates by kind",
-        "session",
-        lambda i, r, c: f"{COMMUNITY_AGGREGATES}?kind={_cycle(i, KINDS[::-1])}",
-    ),
-    Page("admin: cohort aggregates", "session", lambda i, r, c: COHORT_AGGREGATES),
-    Page(
-        "admin: cohort aggregates by cohort",
-        "session",
-        lambda i, r, c: f"{COHORT_AGGREGATES}?cohort__id__exact={r.randint(1, c.cohorts)}",
-    ),
-    Page("console: dashboard", "session", lambda i, r, c: f"{CONSOLE}/"),
-    Page("console: a user's page", "session", lambda i, r, c: f"{CONSOLE}/user/{_user(i, r, c)}/"),
-    Page("console: bulk leave form", "session", lambda i, r, c: f"{CONSOLE}/bulk-leave/"),
-    Page("API: status", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/"),
-    Page("API: a user's history", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/history/"),
-    Page("API: a user's signals", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/signals/"),
-    Page(
-        "API: trending (default window)",
-        "token",
-        lambda i, r, c: f"/api/communities/c{r.randint(1, c.communities)}/trending/",
-    ),
-    Page(
-        "API: trending, a kind, the last 7 days",
-        "token",
-        lambda i, r, c: (
-            f"/api/communities/c{r.randint(1, c.communities)}/trending/"
-            f"?kind={_cycle(i, KINDS)}&since={_since(c, 7 * 24)}&limit=50"
-        ),
-    ),
-    Page(
-        "API: attribution (default window)",
-        "token",
-        lambda i, r, c: f"/api/cohorts/k{r.randint(1, c.cohorts)}/attribution/",
-    ),
-    Page(
-        "API: attribution, the last 7 days",
-        "token",
-        lambda i, r, c: f"/api/cohorts/k{r.randint(1, c.cohorts)}/attribution/?since={_since(c, 7 * 24)}",
-    ),
-]
-
-
-# --- over HTTP ----------------------------------------------------------------------------
-
-
-def session_log_in(base: str, username: str, password: str) -> Any:
-    """The admin's log-in form, as a browser submits it: a session cookie."""
-    import requests
-
-    session = requests.Session()
-    page = session.get(f"{base}/admin/login/", timeout=30)
-    page.raise_for_status()
-    token = session.cookies["csrftoken"]
-    answer = session.post(
-        f"{base}/admin/login/",
-        data={"username": username, "password": password, "csrfmiddlewaretoken": token, "next": "/admin/"},
-        headers={"Referer": f"{base}/admin/login/"},
-        timeout=30,
-        allow_redirects=False,
-    )
-    if answer.status_code != 302 or "sessionid" not in session.cookies:
-        raise RuntimeError(f"admin log-in failed: {answer.status_code} {answer.text[:300]}")
-    return session
-
-
-def measure(base: str, clients: dict[str, Any], ctx: Context, rounds: int, seed: int) -> list[Measured]:
-    """Every page once a round, in order, one request at a time; rounds alternate the pages so
-    that drift hits all alike. Two untimed rounds first (each worker warms up)."""
-    rng = random.Random(seed)
-    results = [Measured(page) for page in PAGES]
-    for warm in range(2):
-        for page in PAGES:
-            clients[page.auth].get(base + page.sample(warm + 1000, rng, ctx), timeout=60)
-    for i in range(rounds):
-        for result in results:
-            path = result.page.sample(i, rng, ctx)
-            started = time.perf_counter()
-            answer = clients[result.page.auth].get(base + path, timeout=60, allow_redirects=False)
-            elapsed = time.perf_counter() - started
-            if answer.status_code != 200:
-                result.errors.append(f"{path}: {answer.status_code}")
-            result.seconds.append(elapsed)
-        if (i + 1) % 10 == 0:
-            progress(f"requests: round {i + 1} of {rounds}")
-    return results
-
-
-# --- the plans ----------------------------------------------------------------------------
-
-
-@dataclass
-class Plans:
-    queries: int = 0
-    index_scans: set[str] = field(default_factory=set)  # "table: index" on big tables
-    seq_scans: list[str] = field(default_factory=list)  # "table: the statement" on big tables
-    other_seq: set[str] = field(default_factory=set)  # small tables (the planner's choice; harmless)
-    statuses: set[int] = field(default_factory=set)
-
-
-def _walk(node: dict[str, Any], relation: str | None = None) -> Any:
-    """Every node with the table it reads (a bitmap index scan's is its bitmap heap scan's)."""
-    relation = node.get("Relation Name", relation)
-    yield node, relation
-    for child in node.get("Plans", []):
-        yield from _walk(child, relation)
-
-
-def explain_pages(ctx: Context, admin_user: Any, token: str, big_tables: tuple[str, ...]) -> dict[str, Plans]:
-    """Each page through Django's test client in this process (the same code as gunicorn
-    runs); every statement it issued EXPLAINed afterwards with the same parameters."""
-    from django.db import connection
-    from django.test import Client
-
-    session = Client(HTTP_HOST="127.0.0.1")
-    session.force_login(admin_user)
-    api = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
-    clients = {"session": session, "token": api}
-    rng = random.Random(7)
-    found: dict[str, Plans] = {}
-    for page in PAGES:
-        plans = found.setdefault(page.name, Plans())
-        for i in range(EXPLAINED_PER_PAGE):
-            issued: list[tuple[str, Any]] = []
-
-            def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-                issued.append((sql, params))  # noqa: B023 - used within this iteration only
-                return execute(sql, params, many, context)
-
-            path = page.sample(i, rng, ctx)
-            with connection.execute_wrapper(capture):
-                plans.statuses.add(clients[page.auth].get(path).status_code)
-            plans.queries += len(issued)
-            with connection.cursor() as cursor:
-                for sql, params in issued:
-                    if not sql.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "DELETE")):
-                        continue
-                    cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-                    plan = cursor.fetchone()[0]
-                    if isinstance(plan, str):
-                        import json
-
-                        plan = json.loads(plan)
-                    for node, relation in _walk(plan[0]["Plan"]):
-                        if node["Node Type"] == "Seq Scan":
-                            if relation in big_tables:
-                                plans.seq_scans.append(f"{relation} ({path}): {' '.join(sql.split())[:300]}")
-                            elif relation:
-                                plans.other_seq.add(relation)
-                        elif "Index Name" in node and relation in big_tables:
-                            plans.index_scans.add(f"{node['Node Type']} {node['Index Name']}")
-        plans.queries //= EXPLAINED_PER_PAGE
-    return found
 
 
 # --- the run ------------------------------------------------------------------------------

@@ -3,14 +3,8 @@
     python bench/pipeline.py            # 200,000 signals, 2 rounds, 20 s of ingest: about 3 minutes
     python bench/pipeline.py --quick    # 60,000 signals, 1 round, 5 s of ingest: a smoke run
 
-1. processing throughput of one real Celery worker (prefork, concurrency 1, Redis broker)
-   against a plain-psycopg pipeline doing the same writes (bench/pipeline_floor.py);
-2. the gate's and the fence's share of process_signals, profiled in this process;
-3. signals accepted per second by POST /api/signals/ on gunicorn, against bare bulk inserts.
-
-Creates its own PostgreSQL database (tidal_bench_pipeline, bench/common.py) and uses its own
-Redis database number (9), flushed before and after; stops every process it started, also on
-error, Ctrl-C or SIGTERM. Exits 1 when a budget is missed or a correctness check fails.
+The budgets, floors and method are bench/pipeline.md (the text above its section of
+BENCHMARKS.md). Uses its own Redis database number (9), flushed before and after.
 """
 
 from __future__ import annotations

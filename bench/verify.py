@@ -1,17 +1,10 @@
 """Time and memory of ``verify_stop_forward`` on a large table of signals.
 
     python bench/verify.py                      # 10,000,000 signals (several minutes)
-    python bench/verify.py --signals 1000000    # any size
-    python bench/verify.py --no-write           # print only
+    python bench/verify.py --quick              # 200,000 signals: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_verify), fills it in SQL (generate_series:
-users, their leaves in the history, signals with their fences, outcomes, reasons and
-credits, and the aggregates those signals add up to), runs the verifier in this process, and
-drops the database at the end, also on error, Ctrl-C or SIGTERM. Writes its section of
-BENCHMARKS.md. The data has every case the verifier checks: users who never left (their
-signals attributed to 3 communities and 2 cohorts), and users who left at a version inside,
-before or after each signal's fence window (gated at receipt, gated at processing, or
-attributed). Exits 1 if the verifier does not pass on this consistent data, or passes on a
+Its own database (tidal_bench_verify), filled in SQL with every case the verifier checks
+(``fill``). Exits 1 if the verifier does not pass on this consistent data, or passes on a
 copy with one aggregate and one outcome altered.
 """
 
@@ -20,12 +13,13 @@ from __future__ import annotations
 import resource
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, tools
 
 DATABASE = "tidal_bench_verify"
 START, END = "<!-- verify:start -->", "<!-- verify:end -->"
@@ -38,14 +32,7 @@ WINDOW = 10  # each signal's processing fence is its receipt fence + WINDOW
 def fill(conn: Any, signals: int) -> None:
     """Users' leaves, signals, and the aggregates they add up to, all made by the database."""
     with conn.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO community_community (slug, name, created_at) "
-            "SELECT 'c' || n, 'c' || n, now() FROM generate_series(1, 200) n"
-        )
-        cursor.execute(
-            "INSERT INTO community_cohort (slug, name, created_at) "
-            "SELECT 'k' || n, 'k' || n, now() FROM generate_series(1, 50) n"
-        )
+        tools.make_groups(conn, 200, 50, datetime.now(UTC))
         # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
         cursor.execute(
             "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at, reason) "
@@ -94,26 +81,16 @@ def fill(conn: Any, signals: int) -> None:
             {"sender": sender[0], "leavers": LEAVERS, "window": WINDOW, "users": USERS, "signals": signals},
         )
         cursor.execute("SELECT setval(pg_get_serial_sequence('signals_app_signal', 'id'), %s)", [signals])
-        for table, column, credited in (
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-        ):
-            cursor.execute(
-                f"INSERT INTO {table} ({column}, hour, item_id, kind, count, weight_sum, last_at) "
-                "SELECT c.target::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
-                " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) "
-                f"FROM signals_app_signal s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(target) "
-                "WHERE s.outcome = 1 GROUP BY 1, 2, 3, 4"
-            )
+        tools.add_up_aggregates(conn)
         for table in ("signals_app_signal", "signals_app_communityaggregate", "signals_app_cohortaggregate"):
             cursor.execute(f"VACUUM ANALYZE {table}")
         cursor.execute("VACUUM ANALYZE community_leavehistory")
 
 
 def main(argv: list[str]) -> int:
-    parser = common.arguments(__doc__)
-    parser.add_argument("--signals", type=int, default=10_000_000, help="signals (default 10,000,000)")
-    args = parser.parse_args(argv)
+    parser = common.arguments(__doc__, quick="200,000 signals: a smoke run")
+    parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
+    args = common.parse(parser, argv, {"signals": (200_000, 10_000_000)})
     with common.database(DATABASE, args.server) as url:
         import psycopg
 
