@@ -110,29 +110,15 @@ def setup_targets(
     return {u: list(targets) for u in user_ids}
 
 
-class SignalLoad:
-    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
+class Threads:
+    """``count`` threads, each running ``work(index, stopping)`` until ``stopping`` is set: started on
+    entering, stopped and joined by ``stop()`` or on leaving; ``seconds`` is how long they ran."""
 
-    Every accepted signal is recorded with when its POST was sent and answered; other
-    answers are counted by status (0: no connection).
-    """
+    def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
+        self.stopping = threading.Event()
+        self._threads = [threading.Thread(target=work, args=(i, self.stopping), daemon=True) for i in range(count)]
 
-    def __init__(
-        self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
-    ) -> None:
-        self.client = client
-        self.user_ids = user_ids
-        self.batch = batch
-        self.total = total
-        self.sent: list[Sent] = []
-        self.answered: dict[str, float] = {}
-        self.errors: Counter[int] = Counter()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._now = datetime.now(UTC).replace(microsecond=0)
-        self._threads = [threading.Thread(target=self._post, args=(i,), daemon=True) for i in range(threads)]
-
-    def __enter__(self) -> SignalLoad:
+    def __enter__(self) -> Threads:
         self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
@@ -142,10 +128,33 @@ class SignalLoad:
         self.stop()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stopping.set()
         for thread in self._threads:
             thread.join(120)
         self.seconds = time.monotonic() - self.started
+
+
+class SignalLoad(Threads):
+    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
+
+    Every accepted signal is recorded with when its POST was sent and answered; other
+    answers are counted by status (0: no connection).
+    """
+
+    def __init__(
+        self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
+    ) -> None:
+        super().__init__(self._post, threads)
+        self.client, self.user_ids, self.batch, self.total = client, user_ids, batch, total
+        self.sent: list[Sent] = []
+        self.answered: dict[str, float] = {}
+        self.errors: Counter[int] = Counter()
+        self._lock = threading.Lock()
+        self._now = datetime.now(UTC).replace(microsecond=0)
+
+    def __enter__(self) -> SignalLoad:
+        super().__enter__()
+        return self
 
     @property
     def rate(self) -> float:
@@ -158,15 +167,15 @@ class SignalLoad:
     def wait(self, timeout: float) -> None:
         """Until ``total`` signals were accepted (or ``timeout``)."""
         deadline = time.monotonic() + timeout
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        while not self.stopping.is_set() and time.monotonic() < deadline:
             if self.total is not None and len(self.sent) >= self.total:
                 break
             time.sleep(0.1)
         self.stop()
 
-    def _post(self, seed: int) -> None:
+    def _post(self, seed: int, stop: threading.Event) -> None:
         rng = random.Random(seed)
-        while not self._stop.is_set():
+        while not stop.is_set():
             if self.total is not None and len(self.sent) >= self.total:
                 return
             posted_at = time.monotonic()
@@ -245,27 +254,6 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
                 found[name] = all("matches_database=True" in line for line in reports)
         time.sleep(0.5)
     return found
-
-
-class Threads:
-    """``count`` threads, each running ``work(index, stop)`` until ``stop`` is set: started on
-    entering, stopped and joined on leaving; ``seconds`` is how long they ran."""
-
-    def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
-        self.stop = threading.Event()
-        self._threads = [threading.Thread(target=work, args=(i, self.stop), daemon=True) for i in range(count)]
-
-    def __enter__(self) -> Threads:
-        self.started = time.monotonic()
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for thread in self._threads:
-            thread.join(60)
-        self.seconds = time.monotonic() - self.started
 
 
 def nothing_lost(checks: dict[str, Any]) -> bool:

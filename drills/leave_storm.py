@@ -55,7 +55,7 @@ def drill(dep: Deployment, *, full: bool) -> StormResult:
                 statuses[str(status)] += 1
 
     with checks.Threads(storm, 6) as storming:
-        storming.stop.wait(60 if full else 10)
+        storming.stopping.wait(60 if full else 10)
 
     mismatched = dep.sql(
         "SELECT l.user_id FROM community_communityleave l JOIN LATERAL ("

@@ -82,7 +82,7 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
             time.sleep(rng.uniform(0.0, 0.05))
 
     with checks.SignalLoad(client, user_ids, threads=posters) as load, checks.Threads(toggle, togglers) as toggling:
-        toggling.stop.wait(seconds)
+        toggling.stopping.wait(seconds)
     sent = load.sent
     checks.wait_until_processed(dep)
 
