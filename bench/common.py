@@ -31,17 +31,14 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def arguments(doc: str | None, *, quick: str = "", output: bool = True) -> argparse.ArgumentParser:
-    """A parser with the options every script has: --server, --output, --no-write, --seed (and --quick)."""
+def arguments(doc: str | None, *, quick: str) -> argparse.ArgumentParser:
+    """A parser with the options every script has: --quick (``quick`` says what it runs), --server,
+    --output, --no-write, --seed."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    if quick:
-        parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--server", default=SERVER, help="PostgreSQL server URL, no database")
-    if output:
-        parser.add_argument(
-            "--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update"
-        )
-        parser.add_argument("--no-write", action="store_true", help="print the results only")
+    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update")
+    parser.add_argument("--no-write", action="store_true", help="print the results only")
     parser.add_argument("--seed", type=int, default=20_240_101)
     return parser
 
