@@ -78,10 +78,8 @@ def _post(client: Client, user_id: int, count: int, errors: list[str]) -> list[s
 
 
 def _gated(dep: Deployment, keys: list[str]) -> int:
-    rows = dep.sql(
-        "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s", [keys, GATED]
-    )
-    return int(rows[0][0])
+    query = "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s"
+    return int(dep.sql(query, [keys, GATED])[0][0])
 
 
 def drill(dep: Deployment, *, full: bool) -> RestoreResult:
@@ -101,15 +99,8 @@ def drill(dep: Deployment, *, full: bool) -> RestoreResult:
     workers = checks.worker_caches(dep)
     cached = dep.clock()
 
-    restore = [
-        "pg_restore",
-        "--clean",
-        "--if-exists",
-        "--single-transaction",
-        f"--dbname={dep.database_url}",
-        str(dump),
-    ]
-    subprocess.run(restore, check=True, timeout=300, capture_output=True)
+    restore = ["pg_restore", "--clean", "--if-exists", "--single-transaction", f"--dbname={dep.database_url}"]
+    subprocess.run([*restore, str(dump)], check=True, timeout=300, capture_output=True)
     # Workers paused with signals queued for the next leaver: when they resume, they gate
     # with the cache they had, fenced by the restored clock.
     leaver = rest[0]
