@@ -1,7 +1,7 @@
 """Downstream figures: the change feed, the CSV export and webhook latency; see BENCHMARKS.md.
 
     python bench/downstream.py              # writes the "Downstream" section of BENCHMARKS.md
-    python bench/downstream.py --no-write   # print only
+    python bench/downstream.py --quick --no-write   # 50,000 rows, 2,000 changes: a smoke run, print only
 
 Creates its own PostgreSQL database (tidal_bench_downstream), migrates it, and drops it at
 the end. The webhook latency starts a real Celery worker (prefork, 2 processes) on the Redis
@@ -12,43 +12,26 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common
+from bench.tools import copy_records, status_kib
+from support.processes import Children
+from support.receiver import serve
+
 DATABASE = "tidal_bench_downstream"
-MARK_BEGIN = "<!-- downstream:begin -->"
-MARK_END = "<!-- downstream:end -->"
-sys.path.insert(0, str(PROJECT_DIR))
-
-
-def _kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise LookupError(field)
-
-
-def _setup(server: str, broker: str) -> None:
-    os.environ["DATABASE_URL"] = f"{server}/{DATABASE}"
-    os.environ["CELERY_BROKER_URL"] = broker
-    os.environ["WEBHOOK_ALLOW_PRIVATE_TARGETS"] = "true"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tidalproject.settings.dev")
-    os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
-    import django
-
-    django.setup()
+START, END = "<!-- downstream:begin -->", "<!-- downstream:end -->"
 
 
 def _client() -> Any:
@@ -61,13 +44,16 @@ def _client() -> Any:
     return client
 
 
-def child_export(server: str, broker: str) -> None:
-    """In a fresh process: stream the export of every left user, print seconds, rows, RSS rise."""
-    _setup(server, broker)
+def child_export() -> None:
+    """In a fresh process (the parent's environment): stream the export of every left user, print
+    seconds, rows, RSS rise."""
+    import django
+
+    django.setup()
     client = _client()
     client.get("/api/community-layer/", {"status": "left", "limit": 1})  # warm imports and the connection
     Path("/proc/self/clear_refs").write_text("5")
-    before = _kib("VmRSS")
+    before = status_kib("VmRSS")
     started = time.perf_counter()
     response = client.get("/api/community-layer/export/", {"status": "left"})
     lines = size = 0
@@ -75,7 +61,7 @@ def child_export(server: str, broker: str) -> None:
         lines += chunk.count(b"\n")
         size += len(chunk)
     seconds = time.perf_counter() - started
-    print(f"{seconds} {lines - 1} {size} {(_kib('VmHWM') - before) * 1024} {_kib('VmHWM') * 1024}")
+    print(f"{seconds} {lines - 1} {size} {(status_kib('VmHWM') - before) * 1024} {status_kib('VmHWM') * 1024}")
 
 
 def fill_changes(count: int) -> None:
@@ -86,17 +72,13 @@ def fill_changes(count: int) -> None:
 
 
 def copy_left(count: int, offset: int) -> None:
-    from django.db import connection
+    import psycopg
 
     from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 
     value = serialize_membership(CommunityMembership(0, MembershipStatus.LEFT, 1_700_000_000_000_000_000))
-    with (
-        connection.cursor() as cursor,
-        cursor.cursor.copy("COPY community_communityleave (user_id, value) FROM STDIN") as copy,
-    ):
-        for uid in range(offset, offset + count):
-            copy.write_row((uid, value))
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        copy_records(conn, "community_communityleave", ((uid, value) for uid in range(offset, offset + count)))
 
 
 def bench_feed(changes: int) -> dict[str, Any]:
@@ -132,37 +114,21 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
     arrivals: dict[int, float] = {}
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def receive(headers: dict[str, str], body: bytes) -> int:
+        now = time.perf_counter()
+        with lock:
+            for change in json.loads(body)["data"]["changes"]:
+                arrivals.setdefault(change["user_id"], now)
+        return 204
 
-        def do_POST(self) -> None:
-            now = time.perf_counter()
-            import json
-
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                for change in body["data"]["changes"]:
-                    arrivals.setdefault(change["user_id"], now)
-            self.send_response(204)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(receive, protocol="HTTP/1.1")
     webhook_subscription_create(name="bench", url=f"http://127.0.0.1:{server.server_address[1]}/")
     import redis
 
     redis.Redis.from_url(broker).flushdb()
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tidalproject", "worker", "--concurrency=2", "--loglevel=WARNING"],
-        cwd=PROJECT_DIR,
-        env=os.environ.copy(),
-        start_new_session=True,
-    )
-    try:
+    argv = [sys.executable, "-m", "celery", "-A", "tidalproject", "worker", "--concurrency=2", "--loglevel=WARNING"]
+    with Children() as children:
+        children.start("worker", argv, env=common.child_env(), cwd=common.PROJECT_DIR)
         time.sleep(8)  # the worker starts and warms
         started: dict[int, float] = {}
         base = 50_000_000
@@ -174,10 +140,7 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
         deadline = time.monotonic() + 60
         while len(arrivals) < samples and time.monotonic() < deadline:
             time.sleep(0.1)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(30)
-        server.shutdown()
+    server.shutdown()
     latencies = sorted((arrivals[u] - t) * 1000 for u, t in started.items() if u in arrivals)
     return {
         "samples": samples,
@@ -189,42 +152,31 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server", default="postgres://127.0.0.1:5432")
-    parser.add_argument("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/6"))
-    parser.add_argument("--export-rows", type=int, default=1_000_000)
-    parser.add_argument("--feed-changes", type=int, default=10_000)
-    parser.add_argument("--latency-samples", type=int, default=200)
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--child-export", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser = common.arguments(__doc__, quick="50,000 rows, 2,000 changes, 20 samples: a smoke run")
+    add = parser.add_argument
+    add("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/6"))
+    add("--export-rows", type=int, help="default 1,000,000")
+    add("--feed-changes", type=int, help="default 10,000")
+    add("--latency-samples", type=int, help="default 200")
+    add("--child-export", action="store_true", help=argparse.SUPPRESS)
+    sizes = {"export_rows": (50_000, 1_000_000), "feed_changes": (2_000, 10_000), "latency_samples": (20, 200)}
+    args = common.parse(parser, argv, sizes)
     if args.child_export:
-        child_export(args.server, args.broker)
+        child_export()
         return 0
-
-    import psycopg
-
-    def admin_sql(sql: str) -> None:
-        with psycopg.connect(f"{args.server}/postgres", autocommit=True) as conn:
-            conn.execute(sql)
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    admin_sql(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
-    admin_sql(f'CREATE DATABASE "{DATABASE}"')
-    try:
-        _setup(args.server, args.broker)
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+    env = {"CELERY_BROKER_URL": args.broker, "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true"}
+    env["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
+    with common.database(DATABASE, args.server, env):
         fill_changes(args.feed_changes)
         feed = bench_feed(args.feed_changes)
         print("feed", feed, flush=True)
         copy_left(args.export_rows - args.feed_changes, offset=args.feed_changes)
         done = subprocess.run(
-            [sys.executable, __file__, "--child-export", "--server", args.server, "--broker", args.broker],
+            [sys.executable, __file__, "--child-export"],
             capture_output=True,
             text=True,
             check=True,
+            env=common.child_env(),
         )
         seconds, rows, size, rise, peak = done.stdout.split()[-5:]
         export = {
@@ -237,16 +189,10 @@ def main(argv: list[str]) -> int:
         print("export", export, flush=True)
         latency = bench_latency(args.latency_samples, args.broker)
         print("latency", latency, flush=True)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        admin_sql(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
 
     command = "python bench/downstream.py" + (" " + " ".join(argv) if argv else "")
     section = "\n".join(
         [
-            MARK_BEGIN,
             "## Downstream: the change feed, the export, webhooks",
             "",
             "Produced by `" + command + "` (`make bench-downstream`) on "
@@ -270,19 +216,13 @@ def main(argv: list[str]) -> int:
             "The latency runs from before the leave call (so it includes the leave's own transaction)",
             "to the receiver reading the request: commit, the on-commit kick through Redis, a Celery",
             "worker (prefork, 2 processes) claiming the subscriber, reading the history and signing.",
-            MARK_END,
         ]
     )
     print(section)
     if not args.no_write:
-        path = PROJECT_DIR / "BENCHMARKS.md"
-        text = path.read_text()
-        if MARK_BEGIN in text:
-            head, rest = text.split(MARK_BEGIN, 1)
-            text = head + section + rest.split(MARK_END, 1)[1]
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        path.write_text(text)
+        from bench import report
+
+        report.write_section(args.output, section, start=START, end=END)
     return 0
 
 

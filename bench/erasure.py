@@ -1,28 +1,17 @@
 """Erasing one user with 100,000 attributed signals, against a hand-written SQL floor.
 
     .venv/bin/python bench/erasure.py               # 100,000 signals a user, 3 rounds
-    .venv/bin/python bench/erasure.py --signals 20000 --rounds 1   # a smoke run
+    .venv/bin/python bench/erasure.py --quick       # 5,000 signals a user, 1 round: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_erasure, on BENCH_PG_SERVER, default
-postgres://127.0.0.1:5432), migrates it, and fills it in SQL: per round two erased users
-(one for the product, one for the floor), each with ``--signals`` attributed signals over 500
-items, three kinds of hour in 24 hours, credited to 3 communities and 2 cohorts; plus 200 other
-users with as many signals in all on the same items, so that most aggregate rows are shared
-(decremented, ``last_at`` recomputed) and some are the erased user's alone (deleted).
-
-The product: ``signals_app.erasure.user_erase`` (clock lock, history row, locking the rows,
-the set-based subtraction, deleting the signals, the receipt, the settle pass). The floor: the
-same subtraction and deletion hand-written on plain psycopg in one transaction (lock, one
-statement per aggregate table, one DELETE), without the history, the fence or the settle pass.
-Rounds alternate which goes first. Then ``verify_stop_forward`` must pass. Prints a table and
-rewrites the ``bench:erasure`` section of BENCHMARKS.md. Budget: at most 2x the floor.
+Its own database (tidal_bench_erasure, on --server, default BENCH_PG_SERVER or
+postgres://127.0.0.1:5432), filled in SQL: per round two erased users (one for the product,
+one for the floor) and 200 other users on the same items. What is measured and the budget (2x
+the floor) are in the section it writes (``main`` below).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 import statistics
 import sys
 import time
@@ -31,14 +20,13 @@ from typing import Any
 
 import psycopg
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common, tools
+
 DATABASE = "tidal_bench_erasure"
+START, END = "<!-- bench:erasure:start -->", "<!-- bench:erasure:end -->"
 BUDGET = 2.0
-
-
-def _admin(server: str, sql: str) -> None:
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-        conn.execute(sql)  # our own fixed statements
 
 
 def floor_erase(database_url: str, user_id: int) -> float:
@@ -48,10 +36,7 @@ def floor_erase(database_url: str, user_id: int) -> float:
         conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM signals_app_signal WHERE user_id = %s FOR UPDATE) t", [user_id]
         )
-        for table, target, credited in (
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-        ):
+        for table, target, credited in reversed(tools.AGGREGATES):
             conn.execute(
                 f"""
                 WITH removed AS (
@@ -82,7 +67,8 @@ def floor_erase(database_url: str, user_id: int) -> float:
     return time.perf_counter() - started
 
 
-def fill(database_url: str, *, erased: list[int], signals: int, sender: int, communities: str, cohorts: str) -> None:
+def fill(database_url: str, *, erased: list[int], signals: int, sender: int, groups: tuple[list[int], ...]) -> None:
+    communities, cohorts = (str(ids) for ids in groups)
     with psycopg.connect(database_url) as conn:
         common = (
             "INSERT INTO signals_app_signal (sender_id, user_id, item_id, kind, weight, occurred_at, received_at,"
@@ -103,73 +89,32 @@ def fill(database_url: str, *, erased: list[int], signals: int, sender: int, com
             + " FROM generate_series(1, %(n)s) g WHERE g %% 5 <> 0",
             params,
         )
-        for table, target, credited in (
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-        ):
-            conn.execute(
-                f"INSERT INTO {table} ({target}, hour, item_id, kind, count, weight_sum, last_at) "
-                "SELECT c.t::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
-                " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) FROM signals_app_signal s"
-                f" CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(t) GROUP BY 1, 2, 3, 4"
-            )
+        tools.add_up_aggregates(conn)
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
 
 
-def write_section(text: str) -> None:
-    path = PROJECT_DIR / "BENCHMARKS.md"
-    current = path.read_text()
-    section = f"<!-- bench:erasure:start -->\n{text}<!-- bench:erasure:end -->\n"
-    pattern = re.compile(r"<!-- bench:erasure:start -->.*<!-- bench:erasure:end -->\n", re.S)
-    path.write_text(pattern.sub(lambda _: section, current) if pattern.search(current) else current + "\n" + section)
-
-
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--signals", type=int, default=100_000, help="attributed signals of each erased user")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
-    options = parser.parse_args(argv)
-    server = os.environ.get("BENCH_PG_SERVER", "postgres://127.0.0.1:5432")
-    database_url = f"{server}/{DATABASE}"
-    _admin(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    _admin(server, f"CREATE DATABASE {DATABASE}")
-    os.environ.update(
-        {
-            "DATABASE_URL": database_url,
-            "DJANGO_SETTINGS_MODULE": "tidalproject.settings.dev",
-            "LOG_LEVEL": "WARNING",
-        }
-    )
-    sys.path.insert(0, str(PROJECT_DIR))
-    import django
+    parser = common.arguments(__doc__, quick="5,000 signals a user, 1 round: a smoke run")
+    parser.set_defaults(server=os.environ.get("BENCH_PG_SERVER", common.SERVER))
+    parser.add_argument("--signals", type=int, help="attributed signals of each erased user (default 100,000)")
+    parser.add_argument("--rounds", type=int, help="default 3")
+    options = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
+    with common.database(DATABASE, options.server, debug=None) as database_url:
+        from django.contrib.auth import get_user_model
 
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
+        from community.models import Cohort, Community
+        from signals_app.erasure import user_erase
+        from signals_app.models import Signal
+        from signals_app.verification import verify_stop_forward
 
-    from community.models import Cohort, Community
-    from signals_app.erasure import user_erase
-    from signals_app.models import Signal
-    from signals_app.verification import verify_stop_forward
-
-    try:
-        call_command("migrate", verbosity=0)
         sender = get_user_model().objects.create(username="bench-sender")
         communities = [Community.objects.create(slug=f"c{i}", name=f"C{i}").pk for i in range(3)]
         cohorts = [Cohort.objects.create(slug=f"k{i}", name=f"K{i}").pk for i in range(2)]
         erased = list(range(1, 2 * options.rounds + 1))
         started = time.perf_counter()
-        fill(
-            database_url,
-            erased=erased,
-            signals=options.signals,
-            sender=sender.pk,
-            communities=str(communities),
-            cohorts=str(cohorts),
-        )
+        fill(database_url, erased=erased, signals=options.signals, sender=sender.pk, groups=(communities, cohorts))
         filled = time.perf_counter() - started
         total = Signal.objects.count()
         product: list[float] = []
@@ -177,8 +122,7 @@ def main(argv: list[str]) -> int:
         receipts: list[Any] = []
         for round_ in range(options.rounds):
             mine, theirs = erased[2 * round_], erased[2 * round_ + 1]
-            steps = ["product", "floor"] if round_ % 2 == 0 else ["floor", "product"]
-            for step in steps:
+            for step in ["product", "floor"] if round_ % 2 == 0 else ["floor", "product"]:
                 if step == "product":
                     t0 = time.perf_counter()
                     receipts.append(user_erase(user_id=mine))
@@ -186,11 +130,6 @@ def main(argv: list[str]) -> int:
                 else:
                     floor.append(floor_erase(database_url, theirs))
         verified = verify_stop_forward(progress=False)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        _admin(server, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
     p, f = statistics.median(product), statistics.median(floor)
     ratio = p / f
     receipt = receipts[0]
@@ -229,7 +168,9 @@ aggregates are exact and the signals gone when the answer returns: {p:.2f} s for
     for line in verified.named[:10]:
         print("counterexample:", line)
     if not options.no_write:
-        write_section(text)
+        from bench import report
+
+        report.write_section(options.output, text, start=START, end=END)
     return 0 if ok else 1
 
 

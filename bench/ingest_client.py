@@ -22,6 +22,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -58,14 +59,19 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@dataclass
 class Window:
     """Counts what completes within [start, end]."""
 
-    def __init__(self, start: float, end: float) -> None:
-        self.start, self.end = start, end
-        self.requests = self.signals = self.total_requests = self.total_signals = self.errors = 0
-        self.first_error = ""
-        self.latencies: list[float] = []
+    start: float
+    end: float
+    requests: int = 0
+    signals: int = 0
+    total_requests: int = 0
+    total_signals: int = 0
+    errors: int = 0
+    first_error: str = ""
+    latencies: list[float] = field(default_factory=list)
 
     def record(self, sent: float, done: float, accepted: int) -> None:
         self.total_requests += 1
@@ -80,15 +86,7 @@ class Window:
         self.first_error = self.first_error or what[:500]
 
     def result(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "signals": self.signals,
-            "total_requests": self.total_requests,
-            "total_signals": self.total_signals,
-            "errors": self.errors,
-            "first_error": self.first_error,
-            "latencies": self.latencies,
-        }
+        return {key: value for key, value in asdict(self).items() if key not in ("start", "end")}
 
 
 def run_http(args: argparse.Namespace, batches: list[list[Any]], window: Window) -> None:

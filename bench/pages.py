@@ -3,88 +3,54 @@
     python bench/pages.py            # 10,000,000 signals, 1,000,000 records, 5,000,000 history rows
     python bench/pages.py --quick    # 200,000 / 50,000 / 100,000: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_pages), migrates it, fills it in SQL
-(bench/pages_data.py), VACUUM ANALYZEs it, starts gunicorn from deploy/gunicorn.conf.py on a
-free loopback port, logs an operator in (the admin's log-in form: a session) and issues an
-API token to a service account, then requests every page and endpoint ``--requests`` times,
-one request at a time, with varied ids, slugs and filters; then, in this process, runs each
-page again through Django's test client and EXPLAINs every query it issued. Rewrites the
-section between the ``pages`` markers of BENCHMARKS.md; exits 1 when a p95 is at or above
-300 ms, a page answers other than 200, or a query scans a big table sequentially. Drops the
-database and stops gunicorn at the end, also on error, Ctrl-C or SIGTERM.
+What it does, and what fails it, is bench/pages.md (the text above its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import random
-import shlex
-import signal
 import statistics
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(PROJECT_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.run import machine, run_sql  # noqa: E402 - needs the path above
+from bench import common
+from bench.common import progress
+from bench.pages_requests import PAGES, Context, explain_pages, measure, session_log_in
+from support.processes import Children
 
 DATABASE = "tidal_bench_pages"
-SETTINGS = "tidalproject.settings.dev"
-START = "<!-- pages:start -->"
-END = "<!-- pages:end -->"
+START, END = "<!-- pages:start -->", "<!-- pages:end -->"
 BUDGET_MS = 300.0
 DESCRIPTION = Path(__file__).with_name("pages.md")
-GUNICORN_CONFIG = PROJECT_DIR / "deploy" / "gunicorn.conf.py"
-CONSOLE = "/admin/community/communityleave/console"
-EXPLAINED_PER_PAGE = 8
+SIZES = {
+    "signals": (200_000, 10_000_000),
+    "records": (50_000, 1_000_000),
+    "history": (100_000, 5_000_000),
+    "requests": (10, 40),
+}
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # so that the finally clause stops gunicorn and drops the database
-
-
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small tables and fewer requests: a smoke run")
-    parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
-    parser.add_argument("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
-    parser.add_argument("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
-    parser.add_argument("--requests", type=int, help="requests per page (default 40; 10 quick)")
-    parser.add_argument("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
-    parser.add_argument(
+def parse_args(argv: list[str]) -> Any:
+    parser = common.arguments(__doc__, quick="small tables and fewer requests: a smoke run")
+    add = parser.add_argument
+    add("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
+    add("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
+    add("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
+    add("--requests", type=int, help="requests per page (default 40; 10 quick)")
+    add("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
+    add(
         "--reuse",
         action="store_true",
         help="keep the database between runs: fill it only when it is new (migrations still run); "
         "for working on the pages, not for the reported figures",
     )
-    parser.add_argument("--only", help="only the pages whose name contains this text (while working on them)")
-    parser.add_argument("--load-only", action="store_true", help="with --reuse: fill the database and stop")
-    parser.add_argument("--server", default="postgres://127.0.0.1:5432", help="PostgreSQL server URL, no database")
-    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update")
-    parser.add_argument("--no-write", action="store_true", help="print the results only")
-    parser.add_argument("--seed", type=int, default=20_240_101)
-    args = parser.parse_args(argv)
-    defaults = {
-        "signals": (200_000, 10_000_000),
-        "records": (50_000, 1_000_000),
-        "history": (100_000, 5_000_000),
-        "requests": (10, 40),
-    }
-    for name, (quick, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
+    add("--only", help="only the pages whose name contains this text (while working on them)")
+    add("--load-only", action="store_true", help="with --reuse: fill the database and stop")
+    args = common.parse(parser, argv, SIZES)
     if args.load_only and not args.reuse:
         parser.error("--load-only needs --reuse (the database is dropped otherwise)")
     if args.records < 1_000 or args.signals < 10_000 or args.history < args.records:
@@ -92,339 +58,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def command_line(argv: list[str]) -> str:
-    python = Path(sys.executable)
-    shown = python.relative_to(PROJECT_DIR) if python.is_relative_to(PROJECT_DIR) else python
-    return shlex.join([str(shown), "bench/pages.py", *argv])  # run from the project folder
-
-
-# --- what is requested --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the samplers draw from."""
-
-    users: int  # signals' users are 1..users; even ids have a record and history
-    heavy_users: int
-    signals: int
-    history: int
-    communities: int
-    cohorts: int
-    now: datetime
-
-
-Sampler = Callable[[int, random.Random, Context], str]
-
-
-@dataclass(frozen=True)
-class Page:
-    name: str
-    auth: str  # "session" (the admin) or "token" (the API)
-    sample: Sampler
-
-
-@dataclass
-class Measured:
-    page: Page
-    seconds: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def percentile(self, share: float) -> float:
-        ordered = sorted(self.seconds)
-        return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
-
-
-def _cycle(i: int, choices: list[Any]) -> Any:
-    return choices[i % len(choices)]
-
-
-def _user(i: int, rng: random.Random, ctx: Context) -> int:
-    """A user with a record and history; every fourth one a heavy user (a long signal list)."""
-    if i % 4 == 3:
-        return 2 * rng.randint(1, ctx.heavy_users)
-    return 2 * rng.randint(1, ctx.users // 2)
-
-
-def _since(ctx: Context, hours: int) -> str:
-    return (ctx.now - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:00:00Z")
-
-
-KINDS = ["view", "like", "share", "comment", "save", "click", "follow", "report"]
-SIGNALS = "/admin/signals_app/signal/"
-RECORDS = "/admin/community/communityleave/"
-HISTORY = "/admin/community/leavehistory/"
-COMMUNITY_AGGREGATES = "/admin/signals_app/communityaggregate/"
-COHORT_AGGREGATES = "/admin/signals_app/cohortaggregate/"
-
-PAGES = [
-    Page("admin: signals", "session", lambda i, r, c: SIGNALS),
-    Page("admin: signals, page 2 to 9", "session", lambda i, r, c: f"{SIGNALS}?p={2 + i % 8}"),
-    Page(
-        "admin: signals by outcome", "session", lambda i, r, c: f"{SIGNALS}?outcome__exact={_cycle(i, [2, 4, 0, 3, 1])}"
-    ),
-    Page(
-        "admin: signals by gated reason",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?gated_reason__exact={_cycle(i, [4, 1, 2, 3])}",
-    ),
-    Page("admin: signals by kind", "session", lambda i, r, c: f"{SIGNALS}?kind={_cycle(i, KINDS[::-1])}"),
-    Page(
-        "admin: signals received in the last …",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?received={_cycle(i, ['1h', '24h', '7d', '30d'])}",
-    ),
-    Page(
-        "admin: signals by outcome and kind",
-        "session",
-        lambda i, r, c: f"{SIGNALS}?outcome__exact={_cycle(i, [2, 3])}&kind={_cycle(i, ['report', 'view', 'like'])}",
-    ),
-    Page("admin: signals, search by user id", "session", lambda i, r, c: f"{SIGNALS}?q={_user(i, r, c)}"),
-    Page("admin: a signal", "session", lambda i, r, c: f"{SIGNALS}{r.randint(1, c.signals)}/change/"),
-    Page("admin: leave records", "session", lambda i, r, c: RECORDS),
-    Page(
-        "admin: leave records by status",
-        "session",
-        lambda i, r, c: f"{RECORDS}?status={_cycle(i, ['corrupt', 'active', 'left'])}",
-    ),
-    Page("admin: leave records, search by user id", "session", lambda i, r, c: f"{RECORDS}?q={_user(i, r, c)}"),
-    Page("admin: a leave record", "session", lambda i, r, c: f"{RECORDS}{_user(i, r, c)}/change/"),
-    Page("admin: history", "session", lambda i, r, c: HISTORY),
-    Page("admin: a history entry", "session", lambda i, r, c: f"{HISTORY}{r.randint(1, c.history)}/change/"),
-    Page(
-        "admin: history by action or source",
-        "session",
-        lambda i, r, c: (
-            HISTORY
-            + _cycle(
-                i, ["?source__exact=command", "?action__exact=rejoin", "?source__exact=admin", "?action__exact=leave"]
-            )
-        ),
-    ),
-    Page(
-        "admin: history changed in the last …",
-        "session",
-        lambda i, r, c: f"{HISTORY}?changed={_cycle(i, ['1h', '24h', '7d', '30d'])}",
-    ),
-    Page("admin: history, search by user id", "session", lambda i, r, c: f"{HISTORY}?q={_user(i, r, c)}"),
-    Page("admin: community aggregates", "session", lambda i, r, c: COMMUNITY_AGGREGATES),
-    Page(
-        "admin: community aggregates by community",
-        "session",
-        lambda i, r, c: f"{COMMUNITY_AGGREGATES}?community__id__exact={r.randint(1, c.communities)}",
-    ),
-    Page(
-        "admin: community aggregates by kind",
-        "session",
-        lambda i, r, c: f"{COMMUNITY_AGGREGATES}?kind={_cycle(i, KINDS[::-1])}",
-    ),
-    Page("admin: cohort aggregates", "session", lambda i, r, c: COHORT_AGGREGATES),
-    Page(
-        "admin: cohort aggregates by cohort",
-        "session",
-        lambda i, r, c: f"{COHORT_AGGREGATES}?cohort__id__exact={r.randint(1, c.cohorts)}",
-    ),
-    Page("console: dashboard", "session", lambda i, r, c: f"{CONSOLE}/"),
-    Page("console: a user's page", "session", lambda i, r, c: f"{CONSOLE}/user/{_user(i, r, c)}/"),
-    Page("console: bulk leave form", "session", lambda i, r, c: f"{CONSOLE}/bulk-leave/"),
-    Page("API: status", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/"),
-    Page("API: a user's history", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/history/"),
-    Page("API: a user's signals", "token", lambda i, r, c: f"/api/community-layer/{_user(i, r, c)}/signals/"),
-    Page(
-        "API: trending (default window)",
-        "token",
-        lambda i, r, c: f"/api/communities/c{r.randint(1, c.communities)}/trending/",
-    ),
-    Page(
-        "API: trending, a kind, the last 7 days",
-        "token",
-        lambda i, r, c: (
-            f"/api/communities/c{r.randint(1, c.communities)}/trending/"
-            f"?kind={_cycle(i, KINDS)}&since={_since(c, 7 * 24)}&limit=50"
-        ),
-    ),
-    Page(
-        "API: attribution (default window)",
-        "token",
-        lambda i, r, c: f"/api/cohorts/k{r.randint(1, c.cohorts)}/attribution/",
-    ),
-    Page(
-        "API: attribution, the last 7 days",
-        "token",
-        lambda i, r, c: f"/api/cohorts/k{r.randint(1, c.cohorts)}/attribution/?since={_since(c, 7 * 24)}",
-    ),
-]
-
-
-# --- over HTTP ----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def session_log_in(base: str, username: str, password: str) -> Any:
-    """The admin's log-in form, as a browser submits it: a session cookie."""
-    import requests
-
-    session = requests.Session()
-    page = session.get(f"{base}/admin/login/", timeout=30)
-    page.raise_for_status()
-    token = session.cookies["csrftoken"]
-    answer = session.post(
-        f"{base}/admin/login/",
-        data={"username": username, "password": password, "csrfmiddlewaretoken": token, "next": "/admin/"},
-        headers={"Referer": f"{base}/admin/login/"},
-        timeout=30,
-        allow_redirects=False,
-    )
-    if answer.status_code != 302 or "sessionid" not in session.cookies:
-        raise RuntimeError(f"admin log-in failed: {answer.status_code} {answer.text[:300]}")
-    return session
-
-
-def measure(base: str, clients: dict[str, Any], ctx: Context, rounds: int, seed: int) -> list[Measured]:
-    """Every page once a round, in order, one request at a time; rounds alternate the pages so
-    that drift hits all alike. Two untimed rounds first (each worker warms up)."""
-    rng = random.Random(seed)
-    results = [Measured(page) for page in PAGES]
-    for warm in range(2):
-        for page in PAGES:
-            clients[page.auth].get(base + page.sample(warm + 1000, rng, ctx), timeout=60)
-    for i in range(rounds):
-        for result in results:
-            path = result.page.sample(i, rng, ctx)
-            started = time.perf_counter()
-            answer = clients[result.page.auth].get(base + path, timeout=60, allow_redirects=False)
-            elapsed = time.perf_counter() - started
-            if answer.status_code != 200:
-                result.errors.append(f"{path}: {answer.status_code}")
-            result.seconds.append(elapsed)
-        if (i + 1) % 10 == 0:
-            progress(f"requests: round {i + 1} of {rounds}")
-    return results
-
-
-# --- the plans ----------------------------------------------------------------------------
-
-
-@dataclass
-class Plans:
-    queries: int = 0
-    index_scans: set[str] = field(default_factory=set)  # "table: index" on big tables
-    seq_scans: list[str] = field(default_factory=list)  # "table: the statement" on big tables
-    other_seq: set[str] = field(default_factory=set)  # small tables (the planner's choice; harmless)
-    statuses: set[int] = field(default_factory=set)
-
-
-def _walk(node: dict[str, Any], relation: str | None = None) -> Any:
-    """Every node with the table it reads (a bitmap index scan's is its bitmap heap scan's)."""
-    relation = node.get("Relation Name", relation)
-    yield node, relation
-    for child in node.get("Plans", []):
-        yield from _walk(child, relation)
-
-
-def explain_pages(ctx: Context, admin_user: Any, token: str, big_tables: tuple[str, ...]) -> dict[str, Plans]:
-    """Each page through Django's test client in this process (the same code as gunicorn
-    runs); every statement it issued EXPLAINed afterwards with the same parameters."""
-    from django.db import connection
-    from django.test import Client
-
-    session = Client(HTTP_HOST="127.0.0.1")
-    session.force_login(admin_user)
-    api = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
-    clients = {"session": session, "token": api}
-    rng = random.Random(7)
-    found: dict[str, Plans] = {}
-    for page in PAGES:
-        plans = found.setdefault(page.name, Plans())
-        for i in range(EXPLAINED_PER_PAGE):
-            issued: list[tuple[str, Any]] = []
-
-            def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-                issued.append((sql, params))  # noqa: B023 - used within this iteration only
-                return execute(sql, params, many, context)
-
-            path = page.sample(i, rng, ctx)
-            with connection.execute_wrapper(capture):
-                plans.statuses.add(clients[page.auth].get(path).status_code)
-            plans.queries += len(issued)
-            with connection.cursor() as cursor:
-                for sql, params in issued:
-                    if not sql.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "DELETE")):
-                        continue
-                    cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-                    plan = cursor.fetchone()[0]
-                    if isinstance(plan, str):
-                        import json
-
-                        plan = json.loads(plan)
-                    for node, relation in _walk(plan[0]["Plan"]):
-                        if node["Node Type"] == "Seq Scan":
-                            if relation in big_tables:
-                                plans.seq_scans.append(f"{relation} ({path}): {' '.join(sql.split())[:300]}")
-                            elif relation:
-                                plans.other_seq.add(relation)
-                        elif "Index Name" in node and relation in big_tables:
-                            plans.index_scans.add(f"{node['Node Type']} {node['Index Name']}")
-        plans.queries //= EXPLAINED_PER_PAGE
-    return found
-
-
 # --- the run ------------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    server = args.server.rstrip("/")
-    database_url = f"{server}/{DATABASE}"
-    # Forced, not defaulted: this script creates and drops the database it points Django at.
-    env = {
-        "DJANGO_SETTINGS_MODULE": SETTINGS,
-        "DATABASE_URL": database_url,
-        "DEBUG": "false",  # production's; dev's default DEBUG=True logs every query
-        "LOG_LEVEL": "WARNING",
-        "THROTTLE_LOGIN_RATE": "1000/minute",
-    }
-    os.environ.update(env)
-    child_env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")])),
-    }
-
-    import django
-    import psycopg
-
-    admin_url = f"{server}/postgres"
-    fresh = True
-    if args.reuse:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            fresh = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone() is None
-    if fresh:
-        run_sql(admin_url, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        run_sql(admin_url, f"CREATE DATABASE {DATABASE}")
-    children = None
-    try:
-        django.setup()
+    fresh = not (args.reuse and common.database_exists(args.server, DATABASE))
+    env = {"DEBUG": "false", "LOG_LEVEL": "WARNING", "THROTTLE_LOGIN_RATE": "1000/minute"}
+    with common.database(DATABASE, args.server, env, keep=args.reuse) as url, Children() as children:
+        import psycopg
         import requests
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Permission
-        from django.core.management import call_command
 
         from accounts.services import token_issue
         from bench import pages_data, report
-        from bench.pipeline_phases import answers
-        from bench.processes import Children, wait_until
 
-        progress("migrate")
-        call_command("migrate", verbosity=0)
         now = datetime.now(UTC)
         sizes = pages_data.Sizes(
             signals=args.signals,
@@ -445,8 +94,8 @@ def main(argv: list[str]) -> int:
             *Permission.objects.filter(codename__in=["view_communityleave", "view_signal", "view_cohort", "add_signal"])
         )
         token = token_issue(user=service)[1]
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            facts = machine(conn)
+        with psycopg.connect(url, autocommit=True) as conn:
+            facts = common.machine(conn)
             if fresh:
                 loaded = pages_data.fill(conn, sizes, sender_id=service.pk, now=now, progress=progress)
                 load_seconds = loaded.seconds
@@ -471,25 +120,8 @@ def main(argv: list[str]) -> int:
         if args.load_only:
             progress("loaded (--load-only)")
             return 0
-        ctx = Context(
-            users=sizes.users,
-            heavy_users=sizes.heavy_users,
-            signals=args.signals,
-            history=args.history,
-            communities=sizes.communities,
-            cohorts=sizes.cohorts,
-            now=now,
-        )
-
-        children = Children()
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        argv_ = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONFIG), "tidalproject.wsgi:application"]
-        server_env = {**child_env, "BIND": f"127.0.0.1:{port}"}
-        if args.workers:
-            server_env["WEB_CONCURRENCY"] = str(args.workers)
-        gunicorn = children.start("gunicorn", argv_, env=server_env, cwd=PROJECT_DIR)
-        wait_until(lambda: answers(base, gunicorn), timeout=60, what=f"gunicorn at {base}:\n{gunicorn.tail()}")
+        ctx = Context(sizes.users, sizes.heavy_users, args.signals, args.history, sizes.communities, sizes.cohorts, now)
+        gunicorn, base = common.gunicorn(children, common.child_env(), args.workers)
         api = requests.Session()
         api.headers["Authorization"] = f"Token {token}"
         clients = {"session": session_log_in(base, "bench-operator", password), "token": api}
@@ -501,17 +133,6 @@ def main(argv: list[str]) -> int:
 
         progress("plans: each page through the test client, every statement EXPLAINed")
         plans = explain_pages(ctx, operator, token, pages_data.BIG_TABLES)
-    finally:
-        if children is not None:
-            children.stop_all()
-        from django.apps import apps
-
-        if apps.ready:
-            from django.db import connections
-
-            connections.close_all()
-        if not args.reuse:
-            run_sql(admin_url, f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
 
     workers = args.workers or 2 * len(os.sched_getaffinity(0)) + 1
     facts += [
@@ -556,50 +177,18 @@ def main(argv: list[str]) -> int:
             )
         )
     passed = all(row.passed for row in rows_out) and not failed
-    command = command_line(argv)
-    print()
-    print(report.text_table("PAGES", rows_out))
-    for what in failed:
-        print(f"FAILED: {what}")
-    print(f"\n{'PASS' if passed else 'FAIL'}: {command}")
-    if not args.no_write:
-        section = markdown_section(command, facts, rows_out, failed, passed)
-        report.write_section(args.output, section, start=START, end=END)
-        print(f"results written to {args.output}")
-    return 0 if passed else 1
-
-
-def markdown_section(
-    command: str, facts: list[tuple[str, str]], rows: list[Any], failed: list[str], passed: bool
-) -> str:
-    from bench import report
-
-    fact_lines = "\n".join(f"| {key} | {value} |" for key, value in facts)
-    checks = (
-        "\n".join(f"- FAILED: {what}" for what in failed)
-        if failed
-        else "Every page answered 200 to every request, and no statement any page issued scans a big table "
-        "sequentially (the plans column names the index each one reads)."
+    command = common.command_line("pages.py", argv)
+    checks = common.checks_text(
+        failed,
+        "Every page answered 200 to every request, and no statement any page issued scans a big table "
+        "sequentially (the plans column names the index each one reads).",
     )
-    table = report.markdown_table(rows).replace("| Floor |", "| Queries a request; scans of the big tables |")
-    return f"""{DESCRIPTION.read_text().strip()}
-
-### Results of the last run: {"PASS" if passed else "FAIL"}
-
-```
-{command}
-```
-
-| Item | Value |
-|---|---|
-{fact_lines}
-
-{table}
-
-#### Checks
-
-{checks}
-"""
+    table = report.markdown_table(rows_out).replace("| Floor |", "| Queries a request; scans of the big tables |")
+    section = lambda: common.results_section(  # noqa: E731
+        command, facts, [("", table), ("Checks", checks)], passed, description=DESCRIPTION, level=3
+    )
+    printed = [report.text_table("PAGES", rows_out)]
+    return common.conclude(args, command, printed, failed, passed, section, (START, END), failed_prefix="FAILED")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from bench.tools import LEFT_AT_BASE_NS, make_groups
 from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 
 KINDS = ["view", "like", "share", "comment", "save", "click", "follow", "report"]
@@ -28,7 +29,6 @@ COHORT_AGGREGATES = "signals_app_cohortaggregate"
 BIG_TABLES = (SIGNAL_TABLE, RECORD_TABLE, HISTORY_TABLE, COMMUNITY_AGGREGATES, COHORT_AGGREGATES)
 # Distinct record values the rows pick from (the pages decode them; their variety does not matter).
 VALUES = 1_000
-LEFT_AT_BASE_NS = 1_704_067_200 * 10**9  # 2024-01-01T00:00:00Z
 
 
 @dataclass(frozen=True)
@@ -111,15 +111,7 @@ def fill(
         seconds[name] = time.perf_counter() - started
 
     def groups() -> None:
-        for table, count, prefix in (
-            ("community_community", sizes.communities, "c"),
-            ("community_cohort", sizes.cohorts, "k"),
-        ):
-            conn.execute(
-                f"INSERT INTO {table} (slug, name, created_at) "
-                "SELECT %s || g, %s || g, %s FROM generate_series(1, %s) g",
-                [prefix, f"{table.split('_')[1]} ", now, count],
-            )
+        make_groups(conn, sizes.communities, sizes.cohorts, now)
 
     left, active = record_values(active=False), record_values(active=True)
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from bench import tools
-from bench.report import Row, mib, ms, ns, ratio, us
+from bench.common import progress
+from bench.report import Results, Row, mib, ms, ns, ratio, us
 from community.cache import leave_cache, leave_gate
 from community.cache.gate import LeaveGate
 from community.membership import MembershipStatus
@@ -58,10 +59,6 @@ class Options:
     scale_records: int = 0  # an extra warm of this many gated users, for time and memory only
 
 
-def progress(message: str) -> None:
-    print(f"... {message}", file=sys.stderr, flush=True)
-
-
 def gate() -> LeaveGate:
     return leave_gate()
 
@@ -92,12 +89,9 @@ def is_gated(value: bytes) -> bool:
 
 
 @dataclass
-class Bench:
+class Bench(Results):
     conn: psycopg.Connection[Any]
     options: Options
-    budgets: list[Row] = field(default_factory=list)
-    info: list[Row] = field(default_factory=list)
-    failed_checks: list[str] = field(default_factory=list)
 
     def run(self) -> None:
         opts = self.options
@@ -133,9 +127,7 @@ class Bench:
         if opts.scale_records:
             self.scale(opts.scale_records)
 
-        # Rows in the order of BENCHMARKS.md's list (0. data, 1., 2a., 2b., 3.), run order within each.
-        for rows in (self.budgets, self.info):
-            rows.sort(key=lambda row: row.name.split(" ", 1)[0])
+        self.sort()
 
     # --- data --------------------------------------------------------------------------
 
@@ -144,7 +136,7 @@ class Bench:
         tools.copy_records(self.conn, TABLE, records)
         if label:
             elapsed = ms(time.perf_counter() - started)
-            self.info.append(Row(f"0. load {len(records):,} records, {label} (COPY BINARY + VACUUM ANALYZE)", elapsed))
+            self.note(f"0. load {len(records):,} records, {label} (COPY BINARY + VACUUM ANALYZE)", elapsed)
 
     def truncate(self) -> None:
         self.conn.execute(f"TRUNCATE {TABLE}")
@@ -153,11 +145,6 @@ class Bench:
         with self.conn.cursor() as cursor:
             cursor.execute(FLOOR_WARM_SQL)
             return cursor.fetchall()
-
-    def check(self, ok: bool, what: str) -> None:
-        if not ok:
-            self.failed_checks.append(what)
-            print(f"CHECK FAILED: {what}", file=sys.stderr)
 
     # --- budget 2: warming ---------------------------------------------------------------
 
@@ -201,35 +188,29 @@ class Bench:
         held = retained["held"]
         per_user = retained["retained"] / held
         set_floor = tools.set_floor_bytes(expected)
-        self.budgets.append(
-            Row(
-                f"2b. memory a warmed process keeps per gated user, {label} ({held:,} held; resident set"
-                " after malloc_trim, fresh process)",
-                f"{per_user:.1f} B ({mib(retained['retained'])})",
-                f"{set_floor / held:.1f} B (a Python set of the same ids)",
-                ratio(retained["retained"] / set_floor),
-                f"≤ {memory_budget} B/user",
-                per_user <= memory_budget,
-            )
+        self.budget(
+            f"2b. memory a warmed process keeps per gated user, {label} ({held:,} held; resident set"
+            " after malloc_trim, fresh process)",
+            f"{per_user:.1f} B ({mib(retained['retained'])})",
+            f"{set_floor / held:.1f} B (a Python set of the same ids)",
+            ratio(retained["retained"] / set_floor),
+            f"≤ {memory_budget} B/user",
+            per_user <= memory_budget,
         )
         floor_rows, floor_use = tools.traced(self.floor_fetch)
         del floor_rows
-        self.info.append(
-            Row(
-                f"2b. peak Python memory during warm (tracemalloc), {label}",
-                f"{mib(use.peak)} ({use.peak / held:.0f} B/held)",
-                f"{mib(floor_use.peak)} (fetchall)",
-                ratio(use.peak / floor_use.peak),
-            )
+        self.note(
+            f"2b. peak Python memory during warm (tracemalloc), {label}",
+            f"{mib(use.peak)} ({use.peak / held:.0f} B/held)",
+            f"{mib(floor_use.peak)} (fetchall)",
+            ratio(use.peak / floor_use.peak),
         )
         warm_rss, floor_rss = rss_in_fresh_process("warm"), rss_in_fresh_process("floor")
-        self.info.append(
-            Row(
-                f"2b. peak resident memory rise during warm, fresh process (VmHWM), {label}",
-                f"{mib(warm_rss)} ({warm_rss / held:.0f} B/held)" if warm_rss else "n/a",
-                f"{mib(floor_rss)} (fetchall)" if floor_rss else "n/a",
-                ratio(warm_rss / floor_rss) if warm_rss and floor_rss else "",
-            )
+        self.note(
+            f"2b. peak resident memory rise during warm, fresh process (VmHWM), {label}",
+            f"{mib(warm_rss)} ({warm_rss / held:.0f} B/held)" if warm_rss else "n/a",
+            f"{mib(floor_rss)} (fetchall)" if floor_rss else "n/a",
+            ratio(warm_rss / floor_rss) if warm_rss and floor_rss else "",
         )
 
     # --- at scale: many gated users, time and memory only ---------------------------------
@@ -255,27 +236,21 @@ class Bench:
         del rows
         processes = (os.cpu_count() or 1) * 2 + 1 + 2
         per_user = retained["retained"] / retained["held"]
-        self.info.append(
-            Row(
-                f"4. warm of {retained['held']:,} gated users in a fresh process",
-                f"{retained['seconds']:.2f} s",
-                f"{floor:.2f} s (psycopg fetchall of the same ids)",
-                ratio(retained["seconds"] / floor),
-            )
+        self.note(
+            f"4. warm of {retained['held']:,} gated users in a fresh process",
+            f"{retained['seconds']:.2f} s",
+            f"{floor:.2f} s (psycopg fetchall of the same ids)",
+            ratio(retained["seconds"] / floor),
         )
-        self.info.append(
-            Row(
-                f"4. memory a process keeps for {retained['held']:,} gated users; its whole resident set",
-                f"{mib(retained['retained'])} ({per_user:.1f} B/user); {mib(retained['rss'])}",
-                f"{mib(retained['held'] * 65)} (a Python set, ~65 B/user)",
-            )
+        self.note(
+            f"4. memory a process keeps for {retained['held']:,} gated users; its whole resident set",
+            f"{mib(retained['retained'])} ({per_user:.1f} B/user); {mib(retained['rss'])}",
+            f"{mib(retained['held'] * 65)} (a Python set, ~65 B/user)",
         )
-        self.info.append(
-            Row(
-                f"4. the machine's total, {processes} processes with a gate ({processes - 2} web, 2 worker children)",
-                f"{mib(retained['retained'] * processes)}",
-                f"{mib(retained['held'] * 65 * processes)} (with Python sets)",
-            )
+        self.note(
+            f"4. the machine's total, {processes} processes with a gate ({processes - 2} web, 2 worker children)",
+            f"{mib(retained['retained'] * processes)}",
+            f"{mib(retained['held'] * 65 * processes)} (with Python sets)",
         )
         self.truncate()
 
@@ -290,15 +265,13 @@ class Bench:
         with CaptureQueriesContext(connection) as captured:
             gate()
         queries = len(captured.captured_queries)
-        self.budgets.append(
-            Row(
-                f"3. fence, nothing changed, {count:,} records: queries per gate()",
-                str(queries),
-                "",
-                "",
-                f"exactly {FENCE_QUERIES_BUDGET}",
-                queries == FENCE_QUERIES_BUDGET,
-            )
+        self.budget(
+            f"3. fence, nothing changed, {count:,} records: queries per gate()",
+            str(queries),
+            "",
+            "",
+            f"exactly {FENCE_QUERIES_BUDGET}",
+            queries == FENCE_QUERIES_BUDGET,
         )
         with self.conn.cursor() as cursor:
             namespace = {"gate": gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)}
@@ -310,13 +283,11 @@ class Bench:
             )
         self.check(cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
         floor, fenced = timing["floor"].median, timing["gate"].median
-        self.info.append(
-            Row(
-                f"3. fence time per gate(), nothing changed, {count:,} records",
-                us(fenced),
-                f"{us(floor)} (psycopg, same row)",
-                ratio(fenced / floor),
-            )
+        self.note(
+            f"3. fence time per gate(), nothing changed, {count:,} records",
+            us(fenced),
+            f"{us(floor)} (psycopg, same row)",
+            ratio(fenced / floor),
         )
 
     # --- budget 1: the look-up -----------------------------------------------------------
@@ -346,25 +317,21 @@ class Bench:
             opts.lookup_rounds,
         )
         loop, floor, looked_up = (timing[name].median / len(probes) for name in ("loop", "dict", "gate"))
-        self.budgets.append(
-            Row(
-                f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {opts.lookup_rounds})",
-                ns(looked_up),
-                f"{ns(floor)} (`user_id in d`, dict of {len(stored):,})",
-                ratio(looked_up / floor),
-                f"≤ {GATE_CHECK_BUDGET:g}x",
-                looked_up / floor <= GATE_CHECK_BUDGET,
-            )
+        self.budget(
+            f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {opts.lookup_rounds})",
+            ns(looked_up),
+            f"{ns(floor)} (`user_id in d`, dict of {len(stored):,})",
+            ratio(looked_up / floor),
+            f"≤ {GATE_CHECK_BUDGET:g}x",
+            looked_up / floor <= GATE_CHECK_BUDGET,
         )
-        self.info.append(
-            Row(
-                "1. gate.is_left(user_id) per look-up, net of the loop's own cost",
-                ns(looked_up - loop),
-                ns(floor - loop),
-                ratio((looked_up - loop) / (floor - loop)),
-            )
+        self.note(
+            "1. gate.is_left(user_id) per look-up, net of the loop's own cost",
+            ns(looked_up - loop),
+            ns(floor - loop),
+            ratio((looked_up - loop) / (floor - loop)),
         )
-        self.info.append(Row("1. the `for user_id in probes: pass` loop itself, per probe", ns(loop)))
+        self.note("1. the `for user_id in probes: pass` loop itself, per probe", ns(loop))
 
     # --- for information: a sync after changes ---------------------------------------------
 
@@ -407,15 +374,11 @@ class Bench:
                     f"every leaver gated after the sync after {leaves}",
                 )
             median_sync, median_write = statistics.median(syncs), statistics.median(writes)
-            self.info.append(
-                Row(
-                    f"3. sync after {leaves}: one gate() (median of {opts.sync_rounds})",
-                    f"{ms(median_sync)}, {'/'.join(map(str, sorted(queries)))} queries",
-                )
+            self.note(
+                f"3. sync after {leaves}: one gate() (median of {opts.sync_rounds})",
+                f"{ms(median_sync)}, {'/'.join(map(str, sorted(queries)))} queries",
             )
-            self.info.append(
-                Row(
-                    f"3. {leaves} made by bulk_leave_community_layer, chunks of {LEAVE_CHUNK:,}",
-                    f"{ms(median_write)} ({us(median_write / count)} per leave)",
-                )
+            self.note(
+                f"3. {leaves} made by bulk_leave_community_layer, chunks of {LEAVE_CHUNK:,}",
+                f"{ms(median_write)} ({us(median_write / count)} per leave)",
             )

@@ -2,8 +2,6 @@
 
 Everything is drawn from one seed, so every load of the pending signals holds the same rows
 under the same ids, and the aggregates they must produce can be computed here, in Python.
-Signal weights are binary fractions, so a weight sum is exact whatever order it is added in.
-
 Imported only after ``django.setup()``.
 """
 
@@ -18,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from bench import tools
 from community.models import ChangeSource, Cohort, CohortMember, Community, CommunityMember
 from community.services.layer import bulk_leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
@@ -103,30 +102,22 @@ def create(conn: psycopg.Connection[Any], shape: Shape, sender_id: int) -> Datas
     base = (now - timedelta(hours=shape.hours)).replace(minute=0, second=0, microsecond=0)
     data = Dataset(shape=shape, base=base, user_ids=rng.sample(range(1, 10 * shape.users + 1), shape.users))
     data.sender_id = sender_id
-    communities = Community.objects.bulk_create(
-        [Community(slug=f"bench-community-{i}", name=f"Community {i}") for i in range(shape.communities)]
-    )
-    cohorts = Cohort.objects.bulk_create(
-        [Cohort(slug=f"bench-cohort-{i}", name=f"Cohort {i}") for i in range(shape.cohorts)]
-    )
-    community_ids = [c.pk for c in communities]
-    cohort_ids = [c.pk for c in cohorts]
+    made = [
+        model.objects.bulk_create([model(slug=f"bench-{kind}-{i}", name=f"{kind.title()} {i}") for i in range(count)])
+        for model, kind, count in ((Community, "community", shape.communities), (Cohort, "cohort", shape.cohorts))
+    ]
+    community_ids, cohort_ids = ([group.pk for group in groups] for groups in made)
     for user_id in data.user_ids:
         if joined := rng.sample(community_ids, rng.randint(0, shape.max_communities)):
             data.communities[user_id] = sorted(joined)
         if joined := rng.sample(cohort_ids, rng.randint(0, shape.max_cohorts)):
             data.cohorts[user_id] = sorted(joined)
-    with conn.cursor() as cursor:
-        for table, target, members in (
-            (COMMUNITY_MEMBER_TABLE, "community_id", data.communities),
-            (COHORT_MEMBER_TABLE, "cohort_id", data.cohorts),
-        ):
-            with cursor.copy(f"COPY {table} ({target}, user_id, joined_at) FROM STDIN (FORMAT BINARY)") as copy:
-                copy.set_types(["int8", "int8", "timestamptz"])
-                for user_id, targets in members.items():
-                    for target_id in targets:
-                        copy.write_row((target_id, user_id, now))
-            cursor.execute(f"VACUUM ANALYZE {table}")
+    for table, target, members in (
+        (COMMUNITY_MEMBER_TABLE, "community_id", data.communities),
+        (COHORT_MEMBER_TABLE, "cohort_id", data.cohorts),
+    ):
+        rows = ((target_id, user_id, now) for user_id, targets in members.items() for target_id in targets)
+        tools.copy_rows(conn, table, f"{target}, user_id, joined_at", ["int8", "int8", "timestamptz"], rows)
 
     leavers = rng.sample(data.user_ids, round(shape.users * shape.left_share))
     for start in range(0, len(leavers), LEAVE_CHUNK):
@@ -143,23 +134,16 @@ def load_pending(conn: psycopg.Connection[Any], data: Dataset, *, fence: int | N
     VACUUM ANALYZE and a CHECKPOINT after it: each run starts from a settled table with
     clean buffers, and none pays for the writes of the run before it.
     """
-    received = data.base + timedelta(hours=data.shape.hours)
-    with conn.cursor() as cursor:
-        cursor.execute(
-            f"TRUNCATE {SIGNAL_TABLE}, {COMMUNITY_AGGREGATE_TABLE}, {COHORT_AGGREGATE_TABLE} RESTART IDENTITY"
-        )
-        columns = "id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at, outcome, fence_at_receipt"
-        with cursor.copy(f"COPY {SIGNAL_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            types = ["int8", "int4", "int8", "int8", "varchar", "float8", "timestamptz", "timestamptz", "int2", "int8"]
-            copy.set_types(types)
-            sender, pending = data.sender_id, Outcome.PENDING.value
-            for signal_id, user_id, item_id, kind, weight, occurred_at in data.signals:
-                row = (signal_id, sender, user_id, item_id, kind, weight, occurred_at, received, pending, fence)
-                copy.write_row(row)
-        cursor.execute(f"SELECT setval(pg_get_serial_sequence('{SIGNAL_TABLE}', 'id'), %s)", (len(data.signals),))
-        for table in (SIGNAL_TABLE, COMMUNITY_AGGREGATE_TABLE, COHORT_AGGREGATE_TABLE):
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        cursor.execute("CHECKPOINT")
+    received, sender, pending = data.base + timedelta(hours=data.shape.hours), data.sender_id, Outcome.PENDING.value
+    conn.execute(f"TRUNCATE {SIGNAL_TABLE}, {COMMUNITY_AGGREGATE_TABLE}, {COHORT_AGGREGATE_TABLE} RESTART IDENTITY")
+    columns = "id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at, outcome, fence_at_receipt"
+    types = ["int8", "int4", "int8", "int8", "varchar", "float8", "timestamptz", "timestamptz", "int2", "int8"]
+    rows = ((i, sender, u, item, kind, w, at, received, pending, fence) for i, u, item, kind, w, at in data.signals)
+    tools.copy_rows(conn, SIGNAL_TABLE, columns, types, rows, vacuum=False)
+    conn.execute(f"SELECT setval(pg_get_serial_sequence('{SIGNAL_TABLE}', 'id'), %s)", (len(data.signals),))
+    for table in (SIGNAL_TABLE, COMMUNITY_AGGREGATE_TABLE, COHORT_AGGREGATE_TABLE):
+        conn.execute(f"VACUUM ANALYZE {table}")
+    conn.execute("CHECKPOINT")
 
 
 BARE = "bare_"
@@ -167,30 +151,30 @@ _BARE_KEYS = {
     COMMUNITY_AGGREGATE_TABLE: "UNIQUE (community_id, hour, item_id, kind)",
     COHORT_AGGREGATE_TABLE: "UNIQUE (cohort_id, hour, item_id, kind)",
 }
+_BARE_TABLES = (SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE)
 
 
 def make_bare_copies(conn: psycopg.Connection[Any]) -> None:
     """Copies of the pipeline's tables with the same rows and nothing but what the set-based
     statement needs: primary keys, the upserts' unique keys, an index of members by user."""
-    with conn.cursor() as cursor:
-        drop_bare_copies(conn)
-        cursor.execute(f"CREATE TABLE {BARE}{SIGNAL_TABLE} AS SELECT * FROM {SIGNAL_TABLE}")
-        cursor.execute(f"ALTER TABLE {BARE}{SIGNAL_TABLE} ADD PRIMARY KEY (id)")
-        for table, key in _BARE_KEYS.items():
-            cursor.execute(f"CREATE TABLE {BARE}{table} (LIKE {table} INCLUDING DEFAULTS INCLUDING IDENTITY)")
-            cursor.execute(f"ALTER TABLE {BARE}{table} ADD {key}")
-        for table in (COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
-            cursor.execute(f"CREATE TABLE {BARE}{table} AS SELECT * FROM {table}")
-            cursor.execute(f"CREATE INDEX ON {BARE}{table} (user_id)")
-        for table in (SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
-            cursor.execute(f"VACUUM ANALYZE {BARE}{table}")
-        cursor.execute("CHECKPOINT")
+    drop_bare_copies(conn)
+    conn.execute(f"CREATE TABLE {BARE}{SIGNAL_TABLE} AS SELECT * FROM {SIGNAL_TABLE}")
+    conn.execute(f"ALTER TABLE {BARE}{SIGNAL_TABLE} ADD PRIMARY KEY (id)")
+    for table, key in _BARE_KEYS.items():
+        conn.execute(f"CREATE TABLE {BARE}{table} (LIKE {table} INCLUDING DEFAULTS INCLUDING IDENTITY)")
+        conn.execute(f"ALTER TABLE {BARE}{table} ADD {key}")
+    for table in (COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
+        conn.execute(f"CREATE TABLE {BARE}{table} AS SELECT * FROM {table}")
+        conn.execute(f"CREATE INDEX ON {BARE}{table} (user_id)")
+    for table in _BARE_TABLES:
+        conn.execute(f"VACUUM ANALYZE {BARE}{table}")
+    conn.execute("CHECKPOINT")
 
 
 def product_extras(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
     """The indexes and constraints the product's pipeline tables have beyond their bare
     copies': (name, the statement that adds it to the bare copy)."""
-    tables = [SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE]
+    tables = list(_BARE_TABLES)
     extras: list[tuple[str, str]] = []
     for index, definition in conn.execute(
         "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = ANY(%s) AND NOT EXISTS ("
@@ -218,7 +202,7 @@ def product_extras(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
 
 
 def drop_bare_copies(conn: psycopg.Connection[Any]) -> None:
-    for table in (SIGNAL_TABLE, *_BARE_KEYS, COMMUNITY_MEMBER_TABLE, COHORT_MEMBER_TABLE):
+    for table in _BARE_TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {BARE}{table}")
 
 

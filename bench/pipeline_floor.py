@@ -3,28 +3,17 @@
 No Django, no Celery. Run as its own process by pipeline.py, on the same pending signals
 the worker gets, in the same batches (ids in order, SIGNAL_BATCH_SIZE each)::
 
-    python bench/pipeline_floor.py postgres://127.0.0.1:5432/tidal_bench_pipeline --batch-size 500
+    python bench/pipeline_floor.py postgres://127.0.0.1:5432/tidal_bench_pipeline --batch-size 500 [--set-based]
 
-Per batch, in one transaction:
-
-1. lock the batch's pending rows (``FOR UPDATE SKIP LOCKED``) and read them;
-2. read the batch users' cohort and community memberships (one statement, ``= ANY``);
-3. gate against a set of left users read once at start (as the product's warm cache is),
-   and compute the increments in Python;
-4. upsert both aggregate tables set-based (``INSERT … SELECT FROM unnest … ON CONFLICT DO
-   UPDATE SET count = t.count + excluded.count …``, rows in key order, one statement each)
-   and mark the signals with their outcomes (``UPDATE … FROM unnest``): these three are
-   sent in one round trip (psycopg pipeline mode), then COMMIT.
-
-Parameters go in binary (``%b``) and rows come back in binary: psycopg dumps a list of
-1,000 timestamps about 15 times faster in binary than as a text array literal.
-
-Prints one JSON line: the time the batches took, and per phase.
+Each batch is one transaction; parameters go in binary (``%b``) and rows come back in binary.
+The two floors are described in bench/pipeline.md. Prints one JSON line: the time the batches
+took, and per phase.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -100,14 +89,22 @@ def columns(increments: Increments) -> list[list[Any]]:
 
 
 class Floor:
+    """Per batch: lock it, read its users' memberships, gate and add up in Python, write."""
+
+    PHASES = ("lock", "memberships", "python", "writes", "commit")
+
     def __init__(self, conn: psycopg.Connection[Any], gated: set[int]) -> None:
-        self.conn = conn
-        self.gated = gated
-        self.phases = dict.fromkeys(("lock", "memberships", "python", "writes", "commit"), 0.0)
-        self.processed = 0
+        self.conn, self.gated, self.processed = conn, gated, 0
+        self.phases = dict.fromkeys(self.PHASES, 0.0)
+
+    def account(self, rows: int, *moments: float) -> None:
+        """The batch's ``rows``, and the seconds between its ``moments`` to each phase in turn."""
+        self.processed += rows
+        for name, (earlier, later) in zip(self.PHASES, itertools.pairwise(moments), strict=True):
+            self.phases[name] += later - earlier
 
     def batch(self, ids: list[int]) -> None:
-        conn, phases, clock = self.conn, self.phases, time.perf_counter
+        conn, clock = self.conn, time.perf_counter
         started = clock()
         with conn.cursor(binary=True) as cursor:
             rows = cursor.execute(LOCK_SQL, (ids,)).fetchall()
@@ -149,12 +146,7 @@ class Floor:
                 cursor.execute(MARK_SQL, (datetime.now(UTC), [row[0] for row in rows], outcomes))
             written = clock()
         conn.commit()
-        done = clock()
-        self.processed += len(rows)
-        for name, seconds in zip(
-            phases, (locked - started, read - locked, computed - read, written - computed, done - written), strict=True
-        ):
-            phases[name] += seconds
+        self.account(len(rows), started, locked, read, computed, written, clock())
 
 
 # --- the set-based floor ------------------------------------------------------------------------
@@ -208,22 +200,25 @@ def set_credit_sql(prefix: str) -> str:
     )
 
 
-class SetFloor:
+# The set-based statement's other parameters: the outcome codes, and no fence.
+CONSTANTS = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
+
+
+class SetFloor(Floor):
     """Per batch: lock it, gate its users in Python from a set, one statement for the rest."""
 
+    PHASES = ("lock", "python", "writes", "commit")
+
     def __init__(self, conn: psycopg.Connection[Any], gated: set[int], prefix: str) -> None:
-        self.conn = conn
-        self.gated = gated
+        super().__init__(conn, gated)
         self.lock_sql = (
             f"SELECT id, user_id FROM {prefix}{SIGNAL_TABLE} WHERE id = ANY(%b) AND outcome = 0"
             " ORDER BY id FOR UPDATE SKIP LOCKED"
         )
         self.credit_sql = set_credit_sql(prefix)
-        self.phases = dict.fromkeys(("lock", "python", "writes", "commit"), 0.0)
-        self.processed = 0
 
     def batch(self, ids: list[int]) -> None:
-        conn, phases, clock = self.conn, self.phases, time.perf_counter
+        conn, clock = self.conn, time.perf_counter
         started = clock()
         with conn.cursor(binary=True) as cursor:
             rows = cursor.execute(self.lock_sql, (ids,)).fetchall()
@@ -232,27 +227,12 @@ class SetFloor:
             passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
             reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
             computed = clock()
-            cursor.execute(
-                self.credit_sql,
-                {
-                    "passed": passed,
-                    "ids": [row[0] for row in rows],
-                    "reasons": reasons,
-                    "now": datetime.now(UTC),
-                    "fence": 0,
-                    "gated": GATED,
-                    "no_target": NO_TARGET,
-                    "attributed": ATTRIBUTED,
-                },
-            )
+            ids = [row[0] for row in rows]
+            now = datetime.now(UTC)
+            cursor.execute(self.credit_sql, {**CONSTANTS, "passed": passed, "ids": ids, "reasons": reasons, "now": now})
             written = clock()
         conn.commit()
-        done = clock()
-        self.processed += len(rows)
-        for name, seconds in zip(
-            phases, (locked - started, computed - locked, written - computed, done - written), strict=True
-        ):
-            phases[name] += seconds
+        self.account(len(rows), started, locked, computed, written, clock())
 
 
 def run(url: str, batch_size: int, *, set_based: bool = False, prefix: str = "") -> dict[str, Any]:
@@ -266,7 +246,7 @@ def run(url: str, batch_size: int, *, set_based: bool = False, prefix: str = "")
             ids = [row[0] for row in cursor.execute(pending)]
         conn.commit()
         prepared = time.perf_counter()
-        floor: Floor | SetFloor = SetFloor(conn, gated, prefix) if set_based else Floor(conn, gated)
+        floor = SetFloor(conn, gated, prefix) if set_based else Floor(conn, gated)
         for start in range(0, len(ids), batch_size):
             floor.batch(ids[start : start + batch_size])
         finished = time.perf_counter()

@@ -20,9 +20,8 @@ from typing import Any
 
 from django.db import connections
 
-from community.cache import leave_cache, leave_gate
+from community.cache import leave_cache
 from community.cache.gate import LeaveGate
-from signals_app import services
 from signals_app.services.processing import signals_process
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -97,43 +96,36 @@ class Probe:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        original_gate = leave_cache.sync
         db = connections["default"]
-        original_commit = db._commit
-
-        def timed_gate(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return original_gate(*args, **kwargs)
-            finally:
-                self.gate += time.perf_counter() - started
-
-        def timed_commit() -> Any:
-            started = time.perf_counter()
-            try:
-                return original_commit()
-            finally:
-                self.commit += time.perf_counter() - started
-
-        original_preload = LeaveGate.preload
-
-        def timed_preload(gate: LeaveGate, *args: Any, **kwargs: Any) -> None:
-            started = time.perf_counter()
-            try:
-                original_preload(gate, *args, **kwargs)
-            finally:
-                self.preload += time.perf_counter() - started
-
-        leave_cache.sync = timed_gate  # type: ignore[method-assign]
-        db._commit = timed_commit  # type: ignore[method-assign]
-        LeaveGate.preload = timed_preload  # type: ignore[method-assign]
+        wrapped = [
+            (leave_cache, "sync", "gate"),
+            (db, "_commit", "commit"),
+            (LeaveGate, "preload", "preload"),
+        ]
+        originals = [(owner, name, owner.__dict__.get(name)) for owner, name, _ in wrapped]
+        for owner, name, total in wrapped:
+            setattr(owner, name, self._timed(getattr(owner, name), total))
         try:
             with db.execute_wrapper(self.execute):
                 yield
         finally:
-            del leave_cache.sync
-            del db._commit
-            LeaveGate.preload = original_preload  # type: ignore[method-assign]
+            for owner, name, original in originals:
+                if original is None:
+                    delattr(owner, name)  # an instance's attribute: the class's method shows again
+                else:
+                    setattr(owner, name, original)
+
+    def _timed(self, function: Callable[..., Any], total: str) -> Callable[..., Any]:
+        """``function``, adding the seconds of each call to ``self.<total>``."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                setattr(self, total, getattr(self, total) + time.perf_counter() - started)
+
+        return timed
 
     def batch(self, ids: list[int]) -> None:
         started = time.perf_counter()
@@ -156,44 +148,3 @@ class Probe:
         phases["COMMIT"] = self.commit
         phases["Python (the rest: ORM, the two gated steps, building the rows)"] = self.total - sum(phases.values())
         return phases
-
-
-class CountingGate:
-    """Wraps the cache's sync (what gate() returns): the gate it returns counts its is_left calls
-    (for the cProfile pass)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    @classmethod
-    def install(cls) -> CountingGate:
-        counting = cls()
-        original = leave_cache.sync
-
-        def sync(*args: Any, **kwargs: Any) -> Any:
-            return _Counted(original(*args, **kwargs), counting)
-
-        leave_cache.sync = sync  # type: ignore[method-assign]
-        return counting
-
-    def uninstall(self) -> None:
-        del leave_cache.sync
-
-
-class _Counted:
-    __slots__ = ("_counting", "_gate")
-
-    def __init__(self, gate: Any, counting: CountingGate) -> None:
-        self._gate = gate
-        self._counting = counting
-
-    def is_left(self, user_id: int, since: int | None = None) -> bool:
-        self._counting.calls += 1
-        left: bool = self._gate.is_left(user_id, since=since)
-        return left
-
-    def __getattr__(self, name: str) -> Any:  # everything else of the gate, as it is
-        return getattr(self._gate, name)
-
-
-assert services.leave_gate is leave_gate  # the wrappers above reach what services calls

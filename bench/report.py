@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-START = "<!-- bench:results:start -->"
-END = "<!-- bench:results:end -->"
-
 _HEADER = ("Measurement", "Measured", "Floor", "Ratio", "Budget", "Result")
-
-_NEW_FILE = f"""# Benchmarks
-
-Run `python bench/run.py`; the section below is rewritten by each run.
-
-{START}
-{END}
-"""
 
 
 @dataclass(frozen=True)
@@ -75,10 +65,10 @@ def markdown_table(rows: Sequence[Row]) -> str:
     return "\n".join([line(_HEADER), line(aligns), *(line(row.cells()) for row in rows)])
 
 
-def write_section(path: Path, section: str, *, start: str = START, end: str = END) -> None:
-    """Put ``section`` between the markers ``start`` and ``end`` of ``path`` (by default the leave
-    cache's), creating the file or the markers if missing."""
-    text = path.read_text() if path.exists() else _NEW_FILE
+def write_section(path: Path, section: str, *, start: str, end: str) -> None:
+    """Put ``section`` between the markers ``start`` and ``end`` of ``path``, creating the file or
+    the markers if missing."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section.strip()}\n{end}"
     if start in text and end in text and text.index(start) < text.index(end):
         before, rest = text.split(start, 1)
@@ -89,41 +79,38 @@ def write_section(path: Path, section: str, *, start: str = START, end: str = EN
     path.write_text(text)
 
 
-def markdown_section(
-    *,
-    command: str,
-    facts: Sequence[tuple[str, str]],
-    budgets: Sequence[Row],
-    info: Sequence[Row],
-    failed_checks: Sequence[str],
-    passed: bool,
-) -> str:
-    fact_lines = "\n".join(f"| {key} | {value} |" for key, value in facts)
-    checks = (
-        "\n".join(f"- FAILED: {what}" for what in failed_checks)
-        if failed_checks
-        else "All correctness checks passed (the warmed cache gates exactly the LEFT records, look-ups run no query, "
-        "a sync after leaves replays the feed and gates every leaver)."
-    )
-    return f"""## Results of the last run: {"PASS" if passed else "FAIL"}
+class Results:
+    """What a benchmark found: rows under a budget, rows for information, failed checks (for the
+    benchmarks' dataclasses to inherit)."""
 
-```
-{command}
-```
+    def __post_init__(self) -> None:
+        self.budgets: list[Row] = []
+        self.info: list[Row] = []
+        self.failed_checks: list[str] = []
 
-| Item | Value |
-|---|---|
-{fact_lines}
+    def budget(self, name: str, measured: str, floor: str, ratio: str, budget: str, passed: bool) -> None:
+        self.budgets.append(Row(name, measured, floor, ratio, budget, passed))
 
-### Budgets
+    def at_least(self, name: str, measured: str, floor: str, value: float, limit: float) -> None:
+        """A budget on a ratio to the floor: at least ``limit`` times."""
+        self.budget(name, measured, floor, ratio(value), f"≥ {limit:g}x", value >= limit)
 
-{markdown_table(budgets)}
+    def share_below(self, name: str, measured: str, share: float, limit: float) -> None:
+        self.budget(name, measured, "", "", f"< {limit:.0%}", share < limit)
 
-### For information
+    def note(self, name: str, measured: str, floor: str = "", ratio: str = "") -> None:
+        self.info.append(Row(name, measured, floor, ratio))
 
-{markdown_table(info)}
+    def check(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.failed_checks.append(what)
+            print(f"CHECK FAILED: {what}", file=sys.stderr)
 
-### Checks
+    def sort(self) -> None:
+        """Rows in the order of BENCHMARKS.md's list (by the number they start with), run order within each."""
+        for rows in (self.budgets, self.info):
+            rows.sort(key=lambda row: row.name.split(" ", 1)[0])
 
-{checks}
-"""
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.budgets) and not self.failed_checks

@@ -108,7 +108,7 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     for line in _STATUS.read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
@@ -117,7 +117,7 @@ def _status_kib(field: str) -> int:
 
 def resident_bytes() -> int:
     """This process's resident set now."""
-    return _status_kib("VmRSS") * 1024
+    return status_kib("VmRSS") * 1024
 
 
 def rss_retained(fn: Callable[[], object]) -> tuple[object, int | None]:
@@ -136,7 +136,7 @@ def rss_retained(fn: Callable[[], object]) -> tuple[object, int | None]:
     def settled() -> int:
         gc.collect()
         libc.malloc_trim(0)
-        return _status_kib("VmRSS") * 1024
+        return status_kib("VmRSS") * 1024
 
     before = settled()
     result = fn()
@@ -152,11 +152,11 @@ def rss_peak(fn: Callable[[], object]) -> tuple[object, int | None]:
     gc.collect()
     try:
         _CLEAR_REFS.write_text("5")
-        before = _status_kib("VmRSS")
+        before = status_kib("VmRSS")
     except OSError:
         return fn(), None
     result = fn()
-    return result, (_status_kib("VmHWM") - before) * 1024
+    return result, (status_kib("VmHWM") - before) * 1024
 
 
 def set_floor_bytes(ids: Iterable[int]) -> int:
@@ -219,11 +219,56 @@ def probe_ids(present: Sequence[int], count: int, *, space: int, seed: int) -> l
     return array.array("q", probes).tolist()
 
 
-def copy_records(conn: psycopg.Connection[Any], table: str, rows: Iterable[tuple[int, bytes]]) -> None:
-    """Load rows with a binary COPY, then VACUUM ANALYZE so every reader finds a settled table."""
+def copy_rows(
+    conn: psycopg.Connection[Any],
+    table: str,
+    columns: str,
+    types: list[str],
+    rows: Iterable[Any],
+    *,
+    vacuum: bool = True,
+) -> None:
+    """Load rows with a binary COPY, then (with ``vacuum``) VACUUM ANALYZE so every reader finds a settled table."""
     with conn.cursor() as cursor:
-        with cursor.copy(f"COPY {table} (user_id, value) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "bytea"])
+        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
-        cursor.execute(f"VACUUM ANALYZE {table}")
+        if vacuum:
+            cursor.execute(f"VACUUM ANALYZE {table}")
+
+
+def copy_records(conn: psycopg.Connection[Any], table: str, rows: Iterable[tuple[int, bytes]]) -> None:
+    """Leave records (user_id, value) by a binary COPY."""
+    copy_rows(conn, table, "user_id, value", ["int8", "bytea"], rows)
+
+
+# Each aggregate table, its target column, and the signals' column of the targets credited.
+AGGREGATES = (
+    ("signals_app_communityaggregate", "community_id", "credited_communities"),
+    ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
+)
+
+
+def make_groups(conn: psycopg.Connection[Any], communities: int, cohorts: int, now: Any) -> None:
+    """Communities c1..c``communities`` and cohorts k1..k``cohorts``, made by the database."""
+    for table, count, prefix, name in (
+        ("community_community", communities, "c", "community "),
+        ("community_cohort", cohorts, "k", "cohort "),
+    ):
+        conn.execute(
+            f"INSERT INTO {table} (slug, name, created_at) SELECT %s || g, %s || g, %s FROM generate_series(1, %s) g",
+            [prefix, name, now, count],
+        )
+
+
+def add_up_aggregates(conn: psycopg.Connection[Any]) -> None:
+    """Both aggregate tables as the attributed signals add up, by target, hour, item and kind."""
+    for table, target, credited in AGGREGATES:
+        conn.execute(
+            f"INSERT INTO {table} ({target}, hour, item_id, kind, count, weight_sum, last_at) "
+            "SELECT c.target::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
+            " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) "
+            f"FROM signals_app_signal s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(target) "
+            "WHERE s.outcome = 1 GROUP BY 1, 2, 3, 4"
+        )

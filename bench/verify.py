@@ -1,33 +1,26 @@
 """Time and memory of ``verify_stop_forward`` on a large table of signals.
 
     python bench/verify.py                      # 10,000,000 signals (several minutes)
-    python bench/verify.py --signals 1000000    # any size
-    python bench/verify.py --no-write           # print only
+    python bench/verify.py --quick              # 200,000 signals: a smoke run
 
-Creates its own PostgreSQL database (tidal_bench_verify), fills it in SQL (generate_series:
-users, their leaves in the history, signals with their fences, outcomes, reasons and
-credits, and the aggregates those signals add up to), runs the verifier in this process, and
-drops the database at the end, also on error, Ctrl-C or SIGTERM. Writes its section of
-BENCHMARKS.md. The data has every case the verifier checks: users who never left (their
-signals attributed to 3 communities and 2 cohorts), and users who left at a version inside,
-before or after each signal's fence window (gated at receipt, gated at processing, or
-attributed). Exits 1 if the verifier does not pass on this consistent data, or passes on a
+Its own database (tidal_bench_verify), filled in SQL with every case the verifier checks
+(``fill``). Exits 1 if the verifier does not pass on this consistent data, or passes on a
 copy with one aggregate and one outcome altered.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import resource
-import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common, tools
+
 DATABASE = "tidal_bench_verify"
 START, END = "<!-- verify:start -->", "<!-- verify:end -->"
 
@@ -36,30 +29,10 @@ LEAVERS = 100_000  # users 1..LEAVERS left at version = their id
 WINDOW = 10  # each signal's processing fence is its receipt fence + WINDOW
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--signals", type=int, default=10_000_000, help="signals (default 10,000,000)")
-    parser.add_argument("--server", default="postgres://127.0.0.1:5432")
-    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    return parser.parse_args(argv)
-
-
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(1)
-
-
 def fill(conn: Any, signals: int) -> None:
     """Users' leaves, signals, and the aggregates they add up to, all made by the database."""
     with conn.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO community_community (slug, name, created_at) "
-            "SELECT 'c' || n, 'c' || n, now() FROM generate_series(1, 200) n"
-        )
-        cursor.execute(
-            "INSERT INTO community_cohort (slug, name, created_at) "
-            "SELECT 'k' || n, 'k' || n, now() FROM generate_series(1, 50) n"
-        )
+        tools.make_groups(conn, 200, 50, datetime.now(UTC))
         # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
         cursor.execute(
             "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at, reason) "
@@ -108,54 +81,25 @@ def fill(conn: Any, signals: int) -> None:
             {"sender": sender[0], "leavers": LEAVERS, "window": WINDOW, "users": USERS, "signals": signals},
         )
         cursor.execute("SELECT setval(pg_get_serial_sequence('signals_app_signal', 'id'), %s)", [signals])
-        for table, column, credited in (
-            ("signals_app_communityaggregate", "community_id", "credited_communities"),
-            ("signals_app_cohortaggregate", "cohort_id", "credited_cohorts"),
-        ):
-            cursor.execute(
-                f"INSERT INTO {table} ({column}, hour, item_id, kind, count, weight_sum, last_at) "
-                "SELECT c.target::bigint, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',"
-                " s.item_id, s.kind, count(*), sum(s.weight), max(s.occurred_at) "
-                f"FROM signals_app_signal s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) c(target) "
-                "WHERE s.outcome = 1 GROUP BY 1, 2, 3, 4"
-            )
+        tools.add_up_aggregates(conn)
         for table in ("signals_app_signal", "signals_app_communityaggregate", "signals_app_cohortaggregate"):
             cursor.execute(f"VACUUM ANALYZE {table}")
         cursor.execute("VACUUM ANALYZE community_leavehistory")
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    server = args.server.rstrip("/")
-    database_url = f"{server}/{DATABASE}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tidalproject.settings.dev"
-    os.environ["DATABASE_URL"] = database_url
-    os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    sys.path.insert(0, str(PROJECT_DIR))
-
-    import django
-    import psycopg
-
-    def admin(sql: str) -> None:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-            conn.execute(sql)
-
-    admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-    admin(f"CREATE DATABASE {DATABASE}")
-    try:
-        django.setup()
-        from django.core.management import call_command
-        from django.db import connections
+    parser = common.arguments(__doc__, quick="200,000 signals: a smoke run")
+    parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
+    args = common.parse(parser, argv, {"signals": (200_000, 10_000_000)})
+    with common.database(DATABASE, args.server) as url:
+        import psycopg
 
         from bench import report
         from signals_app.models import CommunityAggregate, Outcome, Signal
         from signals_app.verification import verify_stop_forward
 
-        call_command("migrate", verbosity=0)
         started = time.perf_counter()
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:
             fill(conn, args.signals)
         filled = time.perf_counter() - started
         print(f"filled {args.signals:,} signals in {filled:.1f} s", flush=True)
@@ -184,12 +128,6 @@ def main(argv: list[str]) -> int:
                 "it fails on an altered aggregate and an altered outcome, naming both",
             )
         )
-    finally:
-        from django.apps import apps
-
-        if apps.ready:
-            connections.close_all()
-        admin(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
 
     passed = all(ok for ok, _ in checks)
     rows = [
@@ -197,14 +135,10 @@ def main(argv: list[str]) -> int:
             f"verify_stop_forward over {args.signals:,} signals ({result.attributed:,} attributed, "
             f"{result.gated:,} gated), {LEAVERS:,} history rows, {result.aggregate_rows_checked:,} aggregate rows",
             f"{seconds:,.1f} s ({args.signals / seconds:,.0f} signals/s)",
-            "",
-            "",
         ),
         report.Row(
             "peak resident memory of the verifying process (ru_maxrss)",
             f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
-            "",
-            "",
         ),
     ]
     command = "python bench/verify.py" + (f" --signals {args.signals}" if args.signals != 10_000_000 else "")
@@ -212,18 +146,9 @@ def main(argv: list[str]) -> int:
     for ok, what in checks:
         print(f"{'ok' if ok else 'CHECK FAILED'}: {what}")
     if not args.no_write:
-        lines = [
-            f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}",
-            "",
-            "```",
-            command,
-            "```",
-            "",
-            report.markdown_table(rows),
-            "",
-            *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks),
-            f"- data made in the database in {filled:,.0f} s (not part of the figure above)",
-        ]
+        lines = [f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}", "", f"```\n{command}\n```", ""]
+        lines += [report.markdown_table(rows), "", *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks)]
+        lines.append(f"- data made in the database in {filled:,.0f} s (not part of the figure above)")
         report.write_section(args.output, "\n".join(lines), start=START, end=END)
         print(f"results written to {args.output}")
     return 0 if passed else 1

@@ -15,9 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from drills.checks import SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
 
 SWEEP_LINE = re.compile(r"enqueued (\d+) pending signal\(s\)(?:; (\d+) left alone)?")
 
@@ -36,14 +35,12 @@ class BacklogResult:
 
     @property
     def passed(self) -> bool:
-        c = self.checks
         return (
             self.sweeps >= 2
             and self.enqueued_by_sweeps == 0
             and self.deferred_by_last_sweep > 0
             and self.sweep_after_drain == 0
-            and c["aggregates_match"]
-            and not (c["missing"] or c["duplicated"] or c["pending"])
+            and checks.nothing_lost(self.checks)
         )
 
 
@@ -54,9 +51,8 @@ def _sweep(dep: Deployment) -> tuple[int, int]:
 
 
 def drill(dep: Deployment, *, full: bool) -> BacklogResult:
-    client = Client(dep.url, dep.token)
-    users = list(range(70_000, 70_040))
-    targets = setup_targets(dep, client, users)
+    client, users = dep.client(), list(range(70_000, 70_040))
+    targets = checks.setup_targets(dep, client, users)
     seconds = 300.0 if full else 20.0
     every = float(dep.env["SIGNAL_SWEEP_EVERY_SECONDS"])
     enqueued = sweeps = deferred = 0
@@ -64,7 +60,7 @@ def drill(dep: Deployment, *, full: bool) -> BacklogResult:
         dep.pause(name)
     started = time.monotonic()
     try:
-        with SignalLoad(client, users, threads=1, batch=50) as load:
+        with checks.SignalLoad(client, users, threads=1, batch=50) as load:
             while time.monotonic() - started < seconds:
                 time.sleep(every)
                 sent, deferred = _sweep(dep)
@@ -74,7 +70,7 @@ def drill(dep: Deployment, *, full: bool) -> BacklogResult:
         for name in dep.workers():
             dep.resume(name)
     backlog = time.monotonic() - started
-    drain = wait_until_processed(dep, timeout=600)
+    drain = checks.wait_until_processed(dep, timeout=600)
     after, _ = _sweep(dep)
     accepted = len(load.sent)
     return BacklogResult(
@@ -86,5 +82,5 @@ def drill(dep: Deployment, *, full: bool) -> BacklogResult:
         tasks_enqueued_per_signal=round((accepted + enqueued) / max(accepted, 1), 3),
         drain_seconds=round(drain, 1),
         sweep_after_drain=after,
-        checks=check_nothing_lost(dep, load, targets),
+        checks=checks.check_nothing_lost(dep, load, targets),
     )

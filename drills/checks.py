@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -110,29 +110,15 @@ def setup_targets(
     return {u: list(targets) for u in user_ids}
 
 
-class SignalLoad:
-    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
+class Threads:
+    """``count`` threads, each running ``work(index, stopping)`` until ``stopping`` is set: started on
+    entering, stopped and joined by ``stop()`` or on leaving; ``seconds`` is how long they ran."""
 
-    Every accepted signal is recorded with when its POST was sent and answered; other
-    answers are counted by status (0: no connection).
-    """
+    def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
+        self.stopping = threading.Event()
+        self._threads = [threading.Thread(target=work, args=(i, self.stopping), daemon=True) for i in range(count)]
 
-    def __init__(
-        self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
-    ) -> None:
-        self.client = client
-        self.user_ids = user_ids
-        self.batch = batch
-        self.total = total
-        self.sent: list[Sent] = []
-        self.answered: dict[str, float] = {}
-        self.errors: Counter[int] = Counter()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._now = datetime.now(UTC).replace(microsecond=0)
-        self._threads = [threading.Thread(target=self._post, args=(i,), daemon=True) for i in range(threads)]
-
-    def __enter__(self) -> SignalLoad:
+    def __enter__(self) -> Threads:
         self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
@@ -142,23 +128,54 @@ class SignalLoad:
         self.stop()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.stopping.set()
         for thread in self._threads:
             thread.join(120)
         self.seconds = time.monotonic() - self.started
 
+
+class SignalLoad(Threads):
+    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
+
+    Every accepted signal is recorded with when its POST was sent and answered; other
+    answers are counted by status (0: no connection).
+    """
+
+    def __init__(
+        self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
+    ) -> None:
+        super().__init__(self._post, threads)
+        self.client, self.user_ids, self.batch, self.total = client, user_ids, batch, total
+        self.sent: list[Sent] = []
+        self.answered: dict[str, float] = {}
+        self.errors: Counter[int] = Counter()
+        self._lock = threading.Lock()
+        self._now = datetime.now(UTC).replace(microsecond=0)
+
+    def __enter__(self) -> SignalLoad:
+        super().__enter__()
+        return self
+
+    @property
+    def rate(self) -> float:
+        """Signals accepted a second."""
+        return round(len(self.sent) / self.seconds, 1)
+
+    def error_counts(self) -> dict[str, int]:
+        return {str(status): count for status, count in self.errors.items()}
+
     def wait(self, timeout: float) -> None:
         """Until ``total`` signals were accepted (or ``timeout``)."""
         deadline = time.monotonic() + timeout
-        while not self._stop.is_set() and time.monotonic() < deadline:
+        while not self.stopping.is_set() and time.monotonic() < deadline:
             if self.total is not None and len(self.sent) >= self.total:
                 break
             time.sleep(0.1)
         self.stop()
 
-    def _post(self, seed: int) -> None:
+    def _post(self, seed: int, stop: threading.Event) -> None:
         rng = random.Random(seed)
-        while not self._stop.is_set():
+        while not stop.is_set():
             if self.total is not None and len(self.sent) >= self.total:
                 return
             posted_at = time.monotonic()
@@ -239,6 +256,20 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
     return found
 
 
+def nothing_lost(checks: dict[str, Any]) -> bool:
+    """Every accepted signal stored and processed once: the aggregates equal the expectation."""
+    return bool(checks["aggregates_match"] and not (checks["missing"] or checks["duplicated"] or checks["pending"]))
+
+
+def all_match(caches: dict[Any, bool]) -> bool:
+    """At least one process's cache was seen, and each equals the database."""
+    return bool(caches) and all(caches.values())
+
+
+def server_errors(statuses: dict[str, int]) -> int:
+    return sum(count for status, count in statuses.items() if status.startswith("5"))
+
+
 @dataclass
 class LossResult:
     """What a fault drill on the signal flow reports; it passes when nothing was lost or
@@ -251,12 +282,4 @@ class LossResult:
 
     @property
     def passed(self) -> bool:
-        c = self.checks
-        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
-        return bool(
-            c["aggregates_match"]
-            and not c["missing"]
-            and not c["duplicated"]
-            and not c["pending"]
-            and not server_errors
-        )
+        return nothing_lost(self.checks) and not server_errors(self.http_errors)

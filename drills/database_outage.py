@@ -13,17 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from drills.checks import (
-    SignalLoad,
-    check_nothing_lost,
-    outcomes,
-    setup_targets,
-    wait_until_processed,
-    web_caches,
-    worker_caches,
-)
+from drills import checks
 from drills.deployment import Deployment, postgres_ctl
-from support.client import Client
 
 GATED = 2
 
@@ -42,28 +33,21 @@ class OutageResult:
 
     @property
     def passed(self) -> bool:
-        c = self.checks
         statuses = set(self.during_outage) | set(self.load_errors)
         return bool(
-            c["aggregates_match"]
-            and not c["missing"]
-            and not c["duplicated"]
-            and not c["pending"]
+            checks.nothing_lost(self.checks)
             and self.left_user_not_gated == 0
             and self.bodies_json_with_detail
             and "503" in self.during_outage
             and not any(s.startswith("5") and s != "503" for s in statuses)
-            and self.web_caches
-            and all(self.web_caches.values())
-            and self.worker_caches
-            and all(self.worker_caches.values())
+            and checks.all_match(self.web_caches)
+            and checks.all_match(self.worker_caches)
         )
 
 
 def drill(dep: Deployment, *, full: bool) -> OutageResult:
-    client = Client(dep.url, dep.token)
-    users = list(range(50_000, 50_100))
-    targets = setup_targets(dep, client, users)
+    client, users = dep.client(), list(range(50_000, 50_100))
+    targets = checks.setup_targets(dep, client, users)
     left_user = users[0]
     status, _ = client.request("POST", f"/api/community-layer/{left_user}/leave/")
     assert status == 200
@@ -71,7 +55,7 @@ def drill(dep: Deployment, *, full: bool) -> OutageResult:
     during: Counter[str] = Counter()
     json_bodies = True
     outsider = 99_000_000  # probes use a user with no memberships: whatever they do moves no aggregate
-    with SignalLoad(client, users, threads=2, batch=200) as load:
+    with checks.SignalLoad(client, users, threads=2, batch=200) as load:
         time.sleep(3)
         outage = threading.Thread(target=lambda: (postgres_ctl("stop"), time.sleep(down), postgres_ctl("start")))
         outage.start()
@@ -89,18 +73,17 @@ def drill(dep: Deployment, *, full: bool) -> OutageResult:
             time.sleep(0.3)
         outage.join()
         time.sleep(3)  # load goes on after the database is back
-    wait_until_processed(dep, timeout=300)
-    stored = outcomes(dep)
+    checks.wait_until_processed(dep, timeout=300)
+    stored = checks.outcomes(dep)
     left_signals = [s for s in load.sent if s.user_id == left_user]
-    checks = check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user})
     return OutageResult(
         down_seconds=down,
         during_outage=dict(during),
         bodies_json_with_detail=json_bodies,
         left_user_signals=len(left_signals),
         left_user_not_gated=sum(1 for s in left_signals if stored.get(s.key) != GATED),
-        checks=checks,
-        web_caches=web_caches(client),
-        worker_caches=worker_caches(dep),
-        load_errors={str(k): v for k, v in load.errors.items()},
+        checks=checks.check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user}),
+        web_caches=checks.web_caches(client),
+        worker_caches=checks.worker_caches(dep),
+        load_errors=load.error_counts(),
     )

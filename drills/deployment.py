@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -116,7 +115,7 @@ class Deployment:
             raise
         return self
 
-    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> None:
@@ -153,7 +152,7 @@ class Deployment:
         for name in list(self.procs):
             self.stop_process(name)
         if self.pooler is not None:
-            self.pooler.__exit__(None, None, None)
+            self.pooler.__exit__()
         with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
             self._drop_database()
 
@@ -188,11 +187,10 @@ class Deployment:
         self._spawn(f"worker{index}", unit_command("tidal-worker@.service", instance=str(index)))
 
     def start_beat(self) -> None:
-        argv = unit_command("tidal-beat.service")
-        argv = [
-            a if not a.startswith("--schedule=") else f"--schedule={self.logs / 'celerybeat-schedule'}" for a in argv
-        ]
-        self._spawn("beat", argv)
+        schedule = f"--schedule={self.logs / 'celerybeat-schedule'}"
+        self._spawn(
+            "beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")]
+        )
 
     def log_since_start(self, name: str) -> str:
         """What the process ``name`` logged since it was last started."""
@@ -213,19 +211,32 @@ class Deployment:
     def resume(self, name: str) -> None:
         os.killpg(self.procs[name].pid, signal.SIGCONT)
 
+    def crash(self, name: str, *, down: float = 0.5) -> None:
+        """kill -9 the worker ``name`` (parent and children), and start it again ``down`` seconds later."""
+        self.kill(name)
+        time.sleep(down)
+        self.start_worker(int(name.removeprefix("worker")))
+
+    def client(self, token: str | None = None) -> Client:
+        """A client of the web server, with the service account's token unless given another."""
+        return Client(self.url, self.token if token is None else token)
+
+    def service_client(self, name: str, *perms: str) -> Client:
+        """A client with the token of a new service account ``name`` that has ``perms``."""
+        printed = self.manage("create_service_account", name, *(a for perm in perms for a in ("--perm", perm)))
+        return self.client(printed.strip().splitlines()[-1])
+
+    def clock(self) -> int:
+        """The leave clock's version, read from the database."""
+        return int(self.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0])
+
     def workers(self) -> list[str]:
         return [name for name in self.procs if name.startswith("worker")]
 
     def verify_stop_forward(self) -> tuple[bool, str]:
         """``manage.py verify_stop_forward`` on the deployment's data: (passed, what it said)."""
-        done = subprocess.run(
-            [PYTHON, "manage.py", "verify_stop_forward", "--no-progress"],
-            cwd=PROJECT_DIR,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        argv = [PYTHON, "manage.py", "verify_stop_forward", "--no-progress"]
+        done = subprocess.run(argv, cwd=PROJECT_DIR, env=self.env, capture_output=True, text=True, timeout=600)
         said = (done.stdout.strip().splitlines() or [""])[-1]
         named = [line for line in done.stderr.splitlines() if line.startswith("counterexample")]
         return done.returncode == 0, "; ".join([said, *named[:5]])
@@ -253,24 +264,8 @@ class Deployment:
             return conn.execute(query, params).fetchall()
 
 
-REDIS_START = [
-    "redis-server",
-    "--daemonize",
-    "yes",
-    "--bind",
-    "127.0.0.1",
-    "-::1",
-    "--port",
-    "6379",
-    "--save",
-    "",
-    "--appendonly",
-    "no",
-    "--dir",
-    "/var/lib/redis",
-    "--logfile",
-    "/var/log/redis/ci.log",
-]
+REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", ""]
+REDIS_START += ["--appendonly", "no", "--dir", "/var/lib/redis", "--logfile", "/var/log/redis/ci.log"]
 
 
 def stop_redis() -> None:
@@ -292,9 +287,5 @@ def _redis_answers() -> bool:
 def postgres_ctl(action: str) -> None:
     """start, stop or restart the machine's PostgreSQL cluster."""
     version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
+    argv = ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action]
+    subprocess.run(argv, capture_output=True, timeout=120, check=True)

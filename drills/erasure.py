@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from drills.checks import SignalLoad, actual_aggregates, expected_aggregates, setup_targets, wait_until_processed
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
 
 
 @dataclass
@@ -42,7 +42,6 @@ class ErasureResult:
 
     @property
     def passed(self) -> bool:
-        server_errors = sum(n for status, n in self.http_errors.items() if status.startswith("5"))
         return bool(
             self.worker_killed_mid_job
             and self.job_state == "done"
@@ -50,13 +49,13 @@ class ErasureResult:
             and not self.erased_signals_remaining
             and self.aggregates_match
             and self.verify_exit_0
-            and not server_errors
+            and not checks.server_errors(self.http_errors)
         )
 
 
 def _job_worker(dep: Deployment) -> str | None:
     """The worker that took the bulk erasure task and has not finished it (from its log)."""
-    for name in sorted(n for n in dep.procs if n.startswith("worker")):
+    for name in sorted(dep.workers()):
         lines = [line for line in dep.log_since_start(name).splitlines() if "run_erasure_job[" in line]
         if sum("received" in line for line in lines) > sum("succeeded" in line for line in lines):
             return name
@@ -70,18 +69,9 @@ def drill(dep: Deployment, *, full: bool) -> ErasureResult:
     for index in range(dep.celery_workers):
         dep.stop_process(f"worker{index}")
         dep.start_worker(index)
-    token = dep.manage(
-        "create_service_account",
-        "drill-eraser",
-        "--perm",
-        "community.erase_communityleave",
-        "--perm",
-        "community.view_communityleave",
-    )
-    eraser = Client(dep.url, token.strip().splitlines()[-1])
-    client = Client(dep.url, dep.token)
-    users = list(range(30_000, 30_400))
-    targets = setup_targets(dep, client, users)
+    eraser = dep.service_client("drill-eraser", "community.erase_communityleave", "community.view_communityleave")
+    client, users = dep.client(), list(range(30_000, 30_400))
+    targets = checks.setup_targets(dep, client, users)
     rng = random.Random(11)
     order = users[:]
     rng.shuffle(order)
@@ -89,21 +79,26 @@ def drill(dep: Deployment, *, full: bool) -> ErasureResult:
     settle = 20.0 if full else 3.0  # seconds of load before the first erasure and after the last
     erased_at: dict[int, float] = {}  # user -> monotonic time its erasure answered (or its job finished)
     timings: list[float] = []
-    errors: dict[str, int] = {}
+    errors: Counter[str] = Counter()
     removed = 0
     killed_mid_job = False
-    with SignalLoad(client, users, threads=2, batch=200) as load:
-        time.sleep(settle)
-        for user in one_by_one[:15]:
+
+    def erase(users: list[int]) -> None:
+        nonlocal removed
+        for user in users:
             started = time.monotonic()
             status, body = eraser.request("POST", f"/api/community-layer/{user}/erase/")
             timings.append(time.monotonic() - started)
-            if status != 200:
-                errors[str(status)] = errors.get(str(status), 0) + 1
-                continue
-            erased_at[user] = time.monotonic()
-            removed += body["signals_removed"]
+            if status == 200:
+                erased_at[user] = time.monotonic()
+                removed += body["signals_removed"]
+            else:
+                errors[str(status)] += 1
             time.sleep(0.1)
+
+    with checks.SignalLoad(client, users, threads=2, batch=200) as load:
+        time.sleep(settle)
+        erase(one_by_one[:15])
         status, job = eraser.request("POST", "/api/erasures/", {"user_ids": in_bulk})
         assert status == 202, (status, job)
         # Kill the worker running the job once some users are done and some are not.
@@ -113,24 +108,13 @@ def drill(dep: Deployment, *, full: bool) -> ErasureResult:
             if progress and 0 < progress["done"] < progress["total"]:
                 name = _job_worker(dep)
                 if name is not None:
-                    dep.kill(name)
                     killed_mid_job = progress["pending"] > 0
-                    time.sleep(0.5)
-                    dep.start_worker(int(name.removeprefix("worker")))
+                    dep.crash(name)
                     break
             if progress and progress["state"] == "done":
                 break
             time.sleep(0.02)
-        for user in one_by_one[15:]:
-            started = time.monotonic()
-            status, body = eraser.request("POST", f"/api/community-layer/{user}/erase/")
-            timings.append(time.monotonic() - started)
-            if status == 200:
-                erased_at[user] = time.monotonic()
-                removed += body["signals_removed"]
-            else:
-                errors[str(status)] = errors.get(str(status), 0) + 1
-            time.sleep(0.1)
+        erase(one_by_one[15:])
         time.sleep(settle)  # erased users' signals keep coming: suppressed, never stored
         load.stop()
     deadline = time.monotonic() + 120
@@ -145,22 +129,21 @@ def drill(dep: Deployment, *, full: bool) -> ErasureResult:
         erased_at.setdefault(user, job_done_at)
     _, results = eraser.request("GET", f"/api/erasures/{job['id']}/results/?limit=500")
     removed += sum(r["signals_removed"] or 0 for r in (results or {}).get("results", []))
-    drain = wait_until_processed(dep, timeout=300)
+    drain = checks.wait_until_processed(dep, timeout=300)
 
     erased = set(erased_at)
     remaining = dep.sql("SELECT count(*) FROM signals_app_signal WHERE user_id = ANY(%s)", [sorted(erased)])[0][0]
     after = sum(1 for s in load.sent if s.user_id in erased and s.posted_at > erased_at[s.user_id])
     kept = [s for s in load.sent if s.user_id not in erased]
-    expected = expected_aggregates(kept, targets)
-    actual = actual_aggregates(dep)
+    expected = checks.expected_aggregates(kept, targets)
+    actual = checks.actual_aggregates(dep)
     try:
         dep.manage("verify_stop_forward", "--no-progress")
         verified = True
     except RuntimeError:
         verified = False
     timings.sort()
-    for status, count in load.errors.items():
-        errors[str(status)] = errors.get(str(status), 0) + count
+    errors.update(load.error_counts())
     return ErasureResult(
         users=len(users),
         erased_one_by_one=len(one_by_one),
@@ -173,11 +156,11 @@ def drill(dep: Deployment, *, full: bool) -> ErasureResult:
         job_failed=(progress or {}).get("failed", -1),
         erasure_seconds_max=round(timings[-1], 3) if timings else 0.0,
         erasure_seconds_median=round(timings[len(timings) // 2], 3) if timings else 0.0,
-        signals_per_second=round(len(load.sent) / load.seconds, 1),
+        signals_per_second=load.rate,
         drain_seconds=round(drain, 1),
         erased_signals_remaining=remaining,
         aggregates_match=actual == expected,
         aggregate_rows=len(actual),
         verify_exit_0=verified,
-        http_errors=errors,
+        http_errors=dict(errors),
     )

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from drills.checks import web_caches, worker_caches
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
 
 
 @dataclass
@@ -32,45 +30,32 @@ class StormResult:
         return (
             self.records_equal_last_history
             and self.history_gap_free
-            and len(self.web_caches) >= 1
-            and all(self.web_caches.values())
-            and len(self.worker_caches) >= 1
-            and all(self.worker_caches.values())
+            and checks.all_match(self.web_caches)
+            and checks.all_match(self.worker_caches)
             and set(self.statuses) == {"200"}
         )
 
 
 def drill(dep: Deployment, *, full: bool) -> StormResult:
-    client = Client(dep.url, dep.token)
-    users = list(range(40_000, 40_030))
-    seconds = 60 if full else 10
+    client, users = dep.client(), list(range(40_000, 40_030))
     statuses: Counter[str] = Counter()
     lock = threading.Lock()
-    stop = threading.Event()
 
-    def storm(seed: int) -> None:
+    def storm(seed: int, stop: threading.Event) -> None:
         rng = random.Random(seed)
         while not stop.is_set():
             roll = rng.random()
             if roll < 0.1:
-                status, _ = client.request(
-                    "POST", "/api/community-layer/bulk-leave/", {"user_ids": rng.sample(users, 10)}
-                )
+                body = {"user_ids": rng.sample(users, 10)}
+                status, _ = client.request("POST", "/api/community-layer/bulk-leave/", body)
             else:
                 action = "leave" if roll < 0.55 else "rejoin"
                 status, _ = client.request("POST", f"/api/community-layer/{rng.choice(users)}/{action}/")
             with lock:
                 statuses[str(status)] += 1
 
-    threads = [threading.Thread(target=storm, args=(i,)) for i in range(6)]
-    started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    stop.wait(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(60)
-    elapsed = time.monotonic() - started
+    with checks.Threads(storm, 6) as storming:
+        storming.stopping.wait(60 if full else 10)
 
     mismatched = dep.sql(
         "SELECT l.user_id FROM community_communityleave l JOIN LATERAL ("
@@ -82,14 +67,13 @@ def drill(dep: Deployment, *, full: bool) -> StormResult:
         " WHERE NOT EXISTS (SELECT 1 FROM community_leavehistory h WHERE h.user_id = l.user_id)"
     )[0][0]
     count, low, high = dep.sql("SELECT count(*), min(version), max(version) FROM community_leavehistory")[0]
-    clock = dep.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0]
     return StormResult(
         requests=sum(statuses.values()),
         changes=count,
-        requests_per_second=round(sum(statuses.values()) / elapsed, 1),
+        requests_per_second=round(sum(statuses.values()) / storming.seconds, 1),
         records_equal_last_history=not mismatched and without_history == 0,
-        history_gap_free=count > 0 and (low, high) == (1, count) and high == clock,
-        web_caches=web_caches(client),
-        worker_caches=worker_caches(dep),
+        history_gap_free=count > 0 and (low, high) == (1, count) and high == dep.clock(),
+        web_caches=checks.web_caches(client),
+        worker_caches=checks.worker_caches(dep),
         statuses=dict(statuses),
     )

@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from support.processes import free_port
 
@@ -37,28 +36,22 @@ class PgBouncer:
     def __enter__(self) -> PgBouncer:
         user = os.environ.get("USER") or "root"
         (self.folder / "users.txt").write_text(f'"{user}" ""\n')
-        (self.folder / "pgbouncer.ini").write_text(
-            "\n".join(
-                [
-                    "[databases]",
-                    f"* = host={self.server_host} port={self.server_port}",
-                    "[pgbouncer]",
-                    "listen_addr = 127.0.0.1",
-                    f"listen_port = {self.port}",
-                    "unix_socket_dir =",
-                    "auth_type = trust",
-                    f"auth_file = {self.folder / 'users.txt'}",
-                    "pool_mode = transaction",
-                    f"default_pool_size = {self.pool_size}",
-                    "max_client_conn = 1000",
-                    # psycopg and Django send these; PgBouncer must not refuse the connection.
-                    "ignore_startup_parameters = extra_float_digits,options",
-                    f"logfile = {self.folder / 'pgbouncer.log'}",
-                    f"pidfile = {self.folder / 'pgbouncer.pid'}",
-                ]
-            )
-            + "\n"
-        )
+        # psycopg and Django send extra_float_digits and options: PgBouncer must not refuse them.
+        (self.folder / "pgbouncer.ini").write_text(f"""[databases]
+* = host={self.server_host} port={self.server_port}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {self.folder / "users.txt"}
+pool_mode = transaction
+default_pool_size = {self.pool_size}
+max_client_conn = 1000
+ignore_startup_parameters = extra_float_digits,options
+logfile = {self.folder / "pgbouncer.log"}
+pidfile = {self.folder / "pgbouncer.pid"}
+""")
         self.folder.chmod(0o777)
         for path in self.folder.iterdir():
             path.chmod(0o666)
@@ -74,12 +67,10 @@ class PgBouncer:
                 break
             time.sleep(0.1)
         log = (self.folder / "pgbouncer.log").read_text() if (self.folder / "pgbouncer.log").exists() else ""
-        self.__exit__(None, None, None)
+        self.__exit__()
         raise RuntimeError(f"pgbouncer did not start on port {self.port}:\n{log[-2000:]}")
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):

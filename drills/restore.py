@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from drills.checks import setup_targets, wait_until_processed, web_caches, worker_caches
+from drills import checks
 from drills.deployment import Deployment
 from support.client import Client
 
@@ -48,10 +48,8 @@ class RestoreResult:
             and self.queued_gated == self.queued_total > 0
             and self.received_gated == self.received_total > 0
             and self.overtaken_gated == self.overtaken_total > 0
-            and len(self.web_caches) >= 1
-            and all(self.web_caches.values())
-            and len(self.worker_caches) >= 1
-            and all(self.worker_caches.values())
+            and checks.all_match(self.web_caches)
+            and checks.all_match(self.worker_caches)
             and not self.errors
         )
 
@@ -80,36 +78,29 @@ def _post(client: Client, user_id: int, count: int, errors: list[str]) -> list[s
 
 
 def _gated(dep: Deployment, keys: list[str]) -> int:
-    rows = dep.sql(
-        "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s", [keys, GATED]
-    )
-    return int(rows[0][0])
+    query = "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s"
+    return int(dep.sql(query, [keys, GATED])[0][0])
 
 
 def drill(dep: Deployment, *, full: bool) -> RestoreResult:
-    client = Client(dep.url, dep.token)
-    users = list(range(60_000, 60_000 + (60 if full else 30)))
-    setup_targets(dep, client, users)
+    client, users = dep.client(), list(range(60_000, 60_000 + (60 if full else 30)))
+    checks.setup_targets(dep, client, users)
     errors: list[str] = []
     before, after, rest = users[:5], users[5:15], users[15:]
     for user_id in before:
         _leave(client, user_id, errors)
-    dump_version = dep.sql("SELECT version FROM community_leaveclock")[0][0]
+    dump_version = dep.clock()
     dump = dep.logs / "restore-drill.dump"
     subprocess.run(["pg_dump", "--format=custom", f"--file={dump}", dep.database_url], check=True, timeout=120)
     for user_id in after:
         _leave(client, user_id, errors)
     # Every process syncs to the clock after the dump (each answers with its cache's version).
-    web = web_caches(client, samples=16)
-    workers = worker_caches(dep)
-    cached = dep.sql("SELECT version FROM community_leaveclock")[0][0]
+    web = checks.web_caches(client, samples=16)
+    workers = checks.worker_caches(dep)
+    cached = dep.clock()
 
-    subprocess.run(
-        ["pg_restore", "--clean", "--if-exists", "--single-transaction", f"--dbname={dep.database_url}", str(dump)],
-        check=True,
-        timeout=300,
-        capture_output=True,
-    )
+    restore = ["pg_restore", "--clean", "--if-exists", "--single-transaction", f"--dbname={dep.database_url}"]
+    subprocess.run([*restore, str(dump)], check=True, timeout=300, capture_output=True)
     # Workers paused with signals queued for the next leaver: when they resume, they gate
     # with the cache they had, fenced by the restored clock.
     leaver = rest[0]
@@ -127,7 +118,7 @@ def drill(dep: Deployment, *, full: bool) -> RestoreResult:
     for user_id in overtakers:
         _leave(client, user_id, errors)
     overtaken = [key for user_id in overtakers for key in _post(client, user_id, 2, errors)]
-    wait_until_processed(dep, timeout=120)
+    checks.wait_until_processed(dep, timeout=120)
     time.sleep(0.5)
     reasons: dict[str, int] = {}
     for name in ["web", *dep.workers()]:
@@ -149,7 +140,7 @@ def drill(dep: Deployment, *, full: bool) -> RestoreResult:
         overtaken_gated=_gated(dep, overtaken),
         overtaken_total=len(overtaken),
         warm_reasons=reasons,
-        web_caches=web_caches(client, samples=16),
-        worker_caches=worker_caches(dep),
+        web_caches=checks.web_caches(client, samples=16),
+        worker_caches=checks.worker_caches(dep),
         errors=errors[:10],
     )

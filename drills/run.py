@@ -23,20 +23,8 @@ from typing import Any
 
 from drills.deployment import PROJECT_DIR, Deployment
 
-DRILLS = [
-    "stop_forward",
-    "worker_crash",
-    "broker_loss",
-    "database_outage",
-    "leave_storm",
-    "hostile_input",
-    "restore",
-    "backlog",
-    "auth_attacks",
-    "webhooks",
-    "erasure",
-    "stop_forward_pooled",
-]
+DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input", "restore"]
+DRILLS += ["backlog", "auth_attacks", "webhooks", "erasure", "stop_forward_pooled"]
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -81,76 +69,70 @@ def _figure(value: Any) -> str:
     return str(value)
 
 
-def _summary(name: str, result: dict[str, Any]) -> tuple[str, str, str]:
+def _summary(name: str, r: dict[str, Any]) -> tuple[str, str, str]:
     """(load held, faults, lost) for the summary table."""
-    checks = result.get("checks", {})
+    g = r.get
+    checks = g("checks", {})
     lost = (
         f"{checks['missing'] + checks['pending']} missing or pending, {checks['duplicated']} doubled, "
         f"aggregates {'equal' if checks['aggregates_match'] else 'DIFFER'} ({checks['accepted']:,} accepted)"
         if checks
         else ""
     )
-    rate = result.get("signals_per_second") or result.get("requests_per_second")
+    rate = g("signals_per_second") or g("requests_per_second")
     load = f"{rate:,.0f}/s" if rate else ""
     faults = {
-        "stop_forward": f"{result.get('leaves', 0):,} leaves; {result.get('violations', '?')} violations",
-        "worker_crash": f"{result.get('kills', 0)} kill -9 ({result.get('killed_mid_batch', 0)} mid-batch)",
-        "broker_loss": f"{result.get('flushes', 0)} flushes, {result.get('restarts', 0)} Redis restarts",
-        "database_outage": f"PostgreSQL down {result.get('down_seconds', 0):g} s",
-        "leave_storm": f"{result.get('changes', 0):,} changes",
-        "hostile_input": f"{result.get('schemathesis_requests', 0):,} generated requests",
-        "restore": f"restored to version {result.get('dump_version', '?')} under {result.get('processes', 0)} procs",
-        "backlog": f"{result.get('backlog_seconds', 0):g} s backlog, {result.get('sweeps', 0)} sweeps",
-        "auth_attacks": f"{result.get('attempts', 0):,} attempts, {result.get('lockouts', 0)} lockouts",
-        "webhooks": (
-            f"{result.get('changes', 0):,} changes; receivers: 500 to half, down "
-            f"{result.get('receiver_down_seconds', 0):g} s; {result.get('worker_kills', 0)} worker kill -9"
-        ),
-        "erasure": (
-            f"{result.get('erased_one_by_one', 0) + result.get('erased_in_bulk', 0)} users erased under load; "
-            f"kill -9 mid-job: {result.get('worker_killed_mid_job')}"
-        ),
+        "stop_forward": f"{g('leaves', 0):,} leaves; {g('violations', '?')} violations",
+        "worker_crash": f"{g('kills', 0)} kill -9 ({g('killed_mid_batch', 0)} mid-batch)",
+        "broker_loss": f"{g('flushes', 0)} flushes, {g('restarts', 0)} Redis restarts",
+        "database_outage": f"PostgreSQL down {g('down_seconds', 0):g} s",
+        "leave_storm": f"{g('changes', 0):,} changes",
+        "hostile_input": f"{g('schemathesis_requests', 0):,} generated requests",
+        "restore": f"restored to version {g('dump_version', '?')} under {g('processes', 0)} procs",
+        "backlog": f"{g('backlog_seconds', 0):g} s backlog, {g('sweeps', 0)} sweeps",
+        "auth_attacks": f"{g('attempts', 0):,} attempts, {g('lockouts', 0)} lockouts",
+        "webhooks": f"{g('changes', 0):,} changes; receivers: 500 to half, down {g('receiver_down_seconds', 0):g} s; "
+        f"{g('worker_kills', 0)} worker kill -9",
+        "erasure": f"{g('erased_one_by_one', 0) + g('erased_in_bulk', 0)} users erased under load; "
+        f"kill -9 mid-job: {g('worker_killed_mid_job')}",
     }.get(name, "")
     if name == "auth_attacks":
-        lost = f"{result.get('attacker_log_ins', '?')} attacker log-ins; {result.get('refused', 0):,} refused"
+        lost = f"{g('attacker_log_ins', '?')} attacker log-ins; {g('refused', 0):,} refused"
     if name == "webhooks":
-        subs = result.get("subscribers", {})
         lost = "; ".join(
             f"{n}: up to v{s['applied_up_to']:,}, {s['out_of_order']} out of order, {s['duplicates']:,} duplicates"
-            for n, s in subs.items()
+            for n, s in g("subscribers", {}).items()
         )
     if name == "stop_forward_pooled":
-        _, faults, lost = _summary("stop_forward", result)
+        _, faults, lost = _summary("stop_forward", r)
         faults = f"through PgBouncer in transaction mode; {faults}"
     if name == "stop_forward":
-        lost = f"{result.get('violations', '?')} of {result.get('must_be_gated', 0):,} must-be-gated signals forwarded"
+        lost = f"{g('violations', '?')} of {g('must_be_gated', 0):,} must-be-gated signals forwarded"
     if name == "erasure":
         lost = (
-            f"{result.get('erased_signals_remaining', '?')} signals of erased users remain; aggregates "
-            f"{'equal' if result.get('aggregates_match') else 'DIFFER'}; verifier exit 0: {result.get('verify_exit_0')}"
+            f"{g('erased_signals_remaining', '?')} signals of erased users remain; aggregates "
+            f"{'equal' if g('aggregates_match') else 'DIFFER'}; verifier exit 0: {g('verify_exit_0')}"
         )
     return load, faults, lost
 
 
 def write_report(results: dict[str, dict[str, Any]], command: str) -> None:
-    lines = [
-        "# Reliability",
-        "",
-        "The promises of the design (stop-forward, fail closed, not retroactive, nothing lost), tried",
-        "against a real deployment on this machine: PostgreSQL, Redis, gunicorn with 2 workers, 2 Celery",
-        "worker processes and Celery beat, started from `deploy/systemd`'s units, driven over HTTP on",
-        "loopback, with faults injected. Produced by:",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        f"Run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
-        f'{platform.machine()}. What each drill does is in the README\'s "Reliability drills".',
-        "",
-        "| drill | result | load held | faults | lost |",
-        "|---|---|---|---|---|",
-    ]
+    lines = f"""# Reliability
+
+The promises of the design (stop-forward, fail closed, not retroactive, nothing lost), tried
+against a real deployment on this machine: PostgreSQL, Redis, gunicorn with 2 workers, 2 Celery
+worker processes and Celery beat, started from `deploy/systemd`'s units, driven over HTTP on
+loopback, with faults injected. Produced by:
+
+```
+{command}
+```
+
+Run on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, {platform.machine()}. \
+What each drill does is in the README's "Reliability drills".
+
+| drill | result | load held | faults | lost |
+|---|---|---|---|---|""".splitlines()
     for name, result in results.items():
         load, faults, lost = _summary(name, result)
         lines.append(f"| {name} | {'PASS' if result['passed'] else 'FAIL'} | {load} | {faults} | {lost} |")

@@ -19,16 +19,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from drills.checks import (
-    SignalLoad,
-    actual_aggregates,
-    expected_aggregates,
-    outcomes,
-    setup_targets,
-    wait_until_processed,
-)
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
 
 GATED, ATTRIBUTED = 2, 1
 
@@ -57,25 +49,20 @@ class RaceResult:
     @property
     def passed(self) -> bool:
         return (
-            self.violations == 0
-            and self.aggregates_match
-            and self.outcomes.get("pending", 0) == 0
-            and self.http_errors == 0
+            not self.violations and self.aggregates_match and not self.outcomes.get("pending") and not self.http_errors
         )
 
 
 def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, togglers: int = 3) -> RaceResult:
-    client = Client(dep.url, dep.token)
+    client = dep.client()
     user_ids = list(range(10_000, 10_000 + users))
-    targets = setup_targets(dep, client, user_ids)
-    stop = threading.Event()
+    targets = checks.setup_targets(dep, client, user_ids)
     windows: list[Window] = []
     errors = Counter[str]()
     lock = threading.Lock()
-    load = SignalLoad(client, user_ids, threads=posters)
 
-    def toggle(own: list[int], seed: int) -> None:
-        rng = random.Random(seed)
+    def toggle(index: int, stop: threading.Event) -> None:
+        rng, own = random.Random(100 + index), user_ids[index::togglers]
         while not stop.is_set():
             user_id = rng.choice(own)
             status, body = client.request("POST", f"/api/community-layer/{user_id}/leave/")
@@ -94,50 +81,38 @@ def run(dep: Deployment, *, seconds: float, users: int = 40, posters: int = 2, t
                 stop.wait(0.5)  # the user may still be left: later windows overlap it harmlessly
             time.sleep(rng.uniform(0.0, 0.05))
 
-    shares = [user_ids[i::togglers] for i in range(togglers)]
-    threads = [threading.Thread(target=toggle, args=(shares[i], 100 + i)) for i in range(togglers)]
-    with load:
-        for thread in threads:
-            thread.start()
-        stop.wait(seconds)
-        stop.set()
-        for thread in threads:
-            thread.join(60)
-    elapsed = load.seconds
+    with checks.SignalLoad(client, user_ids, threads=posters) as load, checks.Threads(toggle, togglers) as toggling:
+        toggling.stopping.wait(seconds)
     sent = load.sent
-    wait_until_processed(dep)
+    checks.wait_until_processed(dep)
 
     by_user: dict[int, list[Window]] = {}
     for window in windows:
         by_user.setdefault(window.user_id, []).append(window)
-    stored = outcomes(dep)
+    stored = checks.outcomes(dep)
     must_be_gated = violations = 0
     for signal in sent:
         answered = load.answered[signal.key]
-        inside = any(
+        if any(
             w.left_answered <= signal.posted_at and answered < w.rejoin_sent for w in by_user.get(signal.user_id, [])
-        )
-        if inside:
+        ):
             must_be_gated += 1
-            if stored.get(signal.key) != GATED:
-                violations += 1
+            violations += stored.get(signal.key) != GATED
     attributed = [s for s in sent if stored.get(s.key) == ATTRIBUTED]
     counts = Counter(stored.values())
     return RaceResult(
-        seconds=elapsed,
+        seconds=load.seconds,
         leaves=len(windows),
         signals_posted=len(sent),
-        signals_per_second=len(sent) / elapsed,
+        signals_per_second=len(sent) / load.seconds,
         must_be_gated=must_be_gated,
         violations=violations + sum(1 for s in sent if s.key not in stored),
-        aggregates_match=actual_aggregates(dep) == expected_aggregates(attributed, targets),
+        aggregates_match=checks.actual_aggregates(dep) == checks.expected_aggregates(attributed, targets),
         outcomes={"attributed": counts[ATTRIBUTED], "gated": counts[GATED], "pending": counts[0]},
         http_errors=sum(errors.values()) + sum(load.errors.values()),
     )
 
 
 def drill(dep: Deployment, *, full: bool) -> RaceResult:
-    """Short: 10 seconds. Full: until at least 1,000 leaves (about 80 seconds here)."""
-    if not full:
-        return run(dep, seconds=10)
-    return run(dep, seconds=90)
+    """Short: 10 seconds. Full: 90 seconds (at least 1,000 leaves here)."""
+    return run(dep, seconds=90 if full else 10)

@@ -9,14 +9,16 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
+from support.receiver import serve
 
 DOWN_SECONDS = 30.0
 
@@ -44,26 +46,6 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            # HTTP/1.0: a connection per message, so a stopped receiver is really down (a
-            # kept-alive connection would go on being served by its handler thread).
-            protocol_version = "HTTP/1.0"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status = receiver.receive({k.lower(): v for k, v in self.headers.items()}, body)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        return Handler
-
     def receive(self, headers: dict[str, str], body: bytes) -> int:
         with self.lock:
             self._in_flight += 1
@@ -87,10 +69,8 @@ class Receiver:
                 self._in_flight -= 1
 
     def start(self) -> None:
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
-        self.port = server.server_address[1]
-        self.server = server
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.server = serve(self.receive, port=self.port)
+        self.port = self.server.server_address[1]
 
     def stop(self) -> None:
         if self.server is not None:
@@ -159,15 +139,8 @@ class WebhookDrillResult:
 
 
 def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
-    token = dep.manage(
-        "create_service_account",
-        "drill-hooks",
-        *("--perm", "community.add_webhooksubscription"),
-        *("--perm", "community.view_webhooksubscription"),
-        *("--perm", "community.change_communityleave"),
-        *("--perm", "community.view_communityleave"),
-    )
-    client = Client(dep.url, token.strip().splitlines()[-1])
+    perms = ("add_webhooksubscription", "view_webhooksubscription", "change_communityleave", "view_communityleave")
+    client = dep.service_client("drill-hooks", *(f"community.{perm}" for perm in perms))
     flaky = Receiver("flaky_500_half", fail_ratio=0.5, seed=7)
     down = Receiver("down_30s")
     receivers = [flaky, down]
@@ -179,13 +152,10 @@ def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
         receiver.secret = body["secret"]
 
     target_changes = 5_000 if full else 1_000
-    statuses: dict[str, int] = {}
+    statuses: Counter[str] = Counter()
     lock = threading.Lock()
-    stop = threading.Event()
-    requests = 0
 
-    def storm(seed: int) -> None:
-        nonlocal requests
+    def storm(seed: int, stop: threading.Event) -> None:
         rng = random.Random(seed)
         # Each client toggles users of its own, so (nearly) every request is a change.
         left: set[int] = set()
@@ -198,42 +168,29 @@ def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
                 "POST", f"/api/community-layer/{user}/{action}/", {"reason": f"drill {seed}-{rng.randrange(1000)}"}
             )
             with lock:
-                statuses[str(status)] = statuses.get(str(status), 0) + 1
-                requests += 1
+                statuses[str(status)] += 1
 
-    def clock() -> int:
-        return int(dep.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0])
-
-    started = time.monotonic()
-    threads = [threading.Thread(target=storm, args=(seed,), daemon=True) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    # The second receiver goes down early in the storm for DOWN_SECONDS, then comes back on its port.
-    time.sleep(2)
-    down.stop()
-    down_at = time.monotonic()
-    down_seconds = 0.0
-    killed = False
-    while clock() < target_changes or time.monotonic() - down_at < DOWN_SECONDS:
-        if not killed and clock() >= target_changes // 2:
-            dep.kill("worker0")  # kill -9 the whole worker mid-storm, then start it again
-            time.sleep(1)
-            dep.start_worker(0)
-            killed = True
-        if down.server is None and time.monotonic() - down_at >= DOWN_SECONDS:
-            down.start()
-            down_seconds = round(time.monotonic() - down_at, 1)
-        if clock() >= target_changes:
-            stop.set()
-        time.sleep(0.2)
-    stop.set()
-    for thread in threads:
-        thread.join(30)
+    with checks.Threads(storm, 4) as storming:
+        # The second receiver goes down early in the storm for DOWN_SECONDS, then comes back on its port.
+        time.sleep(2)
+        down.stop()
+        down_at = time.monotonic()
+        down_seconds = 0.0
+        killed = False
+        while dep.clock() < target_changes or time.monotonic() - down_at < DOWN_SECONDS:
+            if not killed and dep.clock() >= target_changes // 2:
+                dep.crash("worker0", down=1)  # kill -9 the whole worker mid-storm, then start it again
+                killed = True
+            if down.server is None and time.monotonic() - down_at >= DOWN_SECONDS:
+                down.start()
+                down_seconds = round(time.monotonic() - down_at, 1)
+            if dep.clock() >= target_changes:
+                storming.stopping.set()
+            time.sleep(0.2)
     if down.server is None:
         down.start()
         down_seconds = round(time.monotonic() - down_at, 1)
-    storm_seconds = time.monotonic() - started
-    changes = clock()
+    changes, requests = dep.clock(), sum(statuses.values())
 
     # Everyone catches up: each subscriber's acknowledged version reaches the clock.
     catch_up_started = time.monotonic()
@@ -262,12 +219,12 @@ def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
     return WebhookDrillResult(
         requests=requests,
         changes=changes,
-        requests_per_second=round(requests / storm_seconds, 1),
+        requests_per_second=round(requests / storming.seconds, 1),
         worker_kills=1 if killed else 0,
         receiver_down_seconds=down_seconds,
         catch_up_seconds=round(catch_up, 1),
         subscribers={r.name: r.check(history) for r in receivers},
         acked_versions={str(k): int(v) for k, v in acked.items()},
         delivery_attempts={str(k): int(v) for k, v in attempts.items()},
-        statuses=statuses,
+        statuses=dict(statuses),
     )

@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from drills.checks import LossResult, SignalLoad, check_nothing_lost, setup_targets, wait_until_processed
+from drills import checks
 from drills.deployment import Deployment
-from support.client import Client
 
 
 @dataclass
-class CrashResult(LossResult):
+class CrashResult(checks.LossResult):
     kills: int
     killed_mid_batch: int
 
@@ -25,12 +24,11 @@ def _in_a_batch(dep: Deployment, name: str) -> bool:
 
 
 def drill(dep: Deployment, *, full: bool) -> CrashResult:
-    client = Client(dep.url, dep.token)
-    users = list(range(20_000, 20_300))
-    targets = setup_targets(dep, client, users)
+    client, users = dep.client(), list(range(20_000, 20_300))
+    targets = checks.setup_targets(dep, client, users)
     total = 100_000 if full else 20_000
     kills = mid_batch = 0
-    with SignalLoad(client, users, threads=3, batch=500, total=total) as load:
+    with checks.SignalLoad(client, users, threads=3, batch=500, total=total) as load:
         deadline = time.monotonic() + (600 if full else 120)
         while len(load.sent) < total and time.monotonic() < deadline:
             time.sleep(0.7)
@@ -40,17 +38,9 @@ def drill(dep: Deployment, *, full: bool) -> CrashResult:
                     mid_batch += 1
                     break
                 time.sleep(0.01)
-            dep.kill(name)  # the whole worker: parent and children
+            dep.crash(name)
             kills += 1
-            time.sleep(0.5)
-            dep.start_worker(int(name.removeprefix("worker")))
         load.wait(timeout=max(1.0, deadline - time.monotonic()))
-    drain = wait_until_processed(dep, timeout=300)
-    return CrashResult(
-        kills=kills,
-        killed_mid_batch=mid_batch,
-        signals_per_second=round(len(load.sent) / load.seconds, 1),
-        drain_seconds=round(drain, 1),
-        checks=check_nothing_lost(dep, load, targets),
-        http_errors={str(k): v for k, v in load.errors.items()},
-    )
+    drain = checks.wait_until_processed(dep, timeout=300)
+    lost = checks.check_nothing_lost(dep, load, targets)
+    return CrashResult(load.rate, round(drain, 1), lost, load.error_counts(), kills=kills, killed_mid_batch=mid_batch)

@@ -78,10 +78,17 @@ class Child:
 
 
 class Children:
-    """Every child started through it is stopped on ``stop_all()`` (call it in a ``finally``)."""
+    """Every child started through it is stopped on ``stop_all()`` (call it in a ``finally``), or
+    on leaving ``with Children() as children:``."""
 
     def __init__(self) -> None:
         self._children: list[Child] = []
+
+    def __enter__(self) -> Children:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
 
     def start(self, name: str, argv: Sequence[str], *, env: dict[str, str], cwd: Path, keep_lines: int = 400) -> Child:
         child = Child(name, argv, env=env, cwd=cwd, keep_lines=keep_lines)

@@ -1,27 +1,17 @@
-"""Drill 6: hostile input.
+"""Drill 6: hostile input, against the whole API as its OpenAPI schema describes it.
 
-Three parts, against the whole API as its OpenAPI schema describes it:
+1. **Schemathesis** (``schemathesis_run``) generates requests for every operation of
+   ``/api/schema/`` as the service account: no server error, every status code and body
+   documented. Short: 50 examples an operation; full: 200.
+2. **Authorization sweep** (``sweeps``): every operation with four identities (anonymous, an
+   unknown token, a plain account, the service account); the plain account's refused calls
+   must write nothing.
+3. **Bad bodies and path parameters** (``sweeps.bad_bodies``, ``sweeps.BAD_PATH_VALUES``):
+   never 5xx, never a hang (10 s), nothing written (row counts compared around each request).
 
-1. **Schemathesis** (the ``st`` CLI in a subprocess) generates requests for every operation
-   of ``/api/schema/`` as the service account, and checks that no answer is a server error
-   and that every answer is documented: its status code, and its body against the schema.
-   Short: 50 examples an operation (about 50 s with the deployment); full: 200.
-2. **Authorization sweep**: every operation of the schema (plus the schema and docs pages)
-   with four identities: anonymous and an unknown token (401 on everything but the public
-   pages), a plain account (its own user id allowed, another user's id and the operators'
-   endpoints refused, never 200), and the service account (never 5xx). The plain account's
-   refused calls must write nothing.
-3. **Bad bodies** to every operation that takes a body, as the service account: 3 MB (a
-   valid body padded with whitespace), not JSON, a JSON array, JSON nested 10,000 deep, a
-   100 MB Content-Length with a small body, and a JSON body sent as text/plain; and hostile
-   path parameters (a NUL byte, invalid UTF-8, encoded slashes, control characters, 3,000
-   characters) with a valid body. Never 5xx, never a hang (10 s), and nothing written: row
-   counts are compared around each request.
-
-Any 5xx is matched with its traceback in the deployment's ``web.log``. The full details
-(requests, answers, tracebacks) go to ``hostile_input.json`` and schemathesis's own report
-(with a curl line for each failure) to ``hostile_input-schemathesis.log``, both in the
-deployment's log folder (``var/drills/<name>/``).
+Any 5xx is matched with its traceback in the deployment's ``web.log``. The details go to
+``hostile_input.json`` and schemathesis's own report to ``hostile_input-schemathesis.log``,
+both in the deployment's log folder (``var/drills/<name>/``).
 """
 
 from __future__ import annotations
@@ -35,22 +25,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from drills.deployment import PROJECT_DIR, Deployment
-from drills.hostile_input.common import HostileInputResult, operations
+from drills.hostile_input import sweeps
+from drills.hostile_input.common import HostileInputResult, operations, server_tracebacks, traceback_for
 from drills.hostile_input.schemathesis_run import run_schemathesis, schemathesis_failures, summarise_schemathesis
-from drills.hostile_input.sweeps import (
-    authorization_sweep,
-    bad_body_sweep,
-    bad_path_sweep,
-    make_fixture,
-    summarise_sweeps,
-)
-from drills.hostile_input.tracebacks import server_tracebacks, traceback_for
 from support.client import LOOPBACK
 
-SHORT_EXAMPLES = 50
-
-
-FULL_EXAMPLES = 200
+SHORT_EXAMPLES, FULL_EXAMPLES = 50, 200
 
 
 def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
@@ -61,11 +41,11 @@ def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
     seed = int(os.environ.get("HOSTILE_INPUT_SEED") or random.randrange(2**31))
 
     ops = operations(dep)
-    fx = make_fixture(dep)
+    fx = sweeps.make_fixture(dep)
     started = time.monotonic()
-    bad = bad_body_sweep(dep, ops, fx)
-    paths = bad_path_sweep(dep, ops, fx)
-    authz = authorization_sweep(dep, ops, fx)
+    bad = sweeps.bad_body_sweep(dep, ops, fx)
+    paths = sweeps.bad_path_sweep(dep, ops, fx)
+    authz = sweeps.authorization_sweep(dep, ops, fx)
     sent = len(bad) + len(paths) + len(authz)
     print(f"   sweeps: {sent} requests in {time.monotonic() - started:.1f}s", flush=True)
 
@@ -89,7 +69,7 @@ def drill(dep: Deployment, *, full: bool) -> HostileInputResult:
         schemathesis_seconds=round(st_seconds, 1),
     )
     summarise_schemathesis(result, report, failures, tracebacks, st_log)
-    summarise_sweeps(result, ops, authz, bad, paths, tracebacks)
+    sweeps.summarise_sweeps(result, ops, authz, bad, paths, tracebacks)
 
     details = dep.logs / "hostile_input.json"
     probes = [

@@ -1,29 +1,25 @@
 """Hostile input: what every part shares (the API's operations from the schema, one raw
-exchange with a deadline, the limits)."""
+exchange with a deadline, the limits, a 5xx matched with its traceback in the web log)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import socket
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-from drills.deployment import Deployment
+from drills.deployment import PROJECT_DIR, Deployment
 from support.client import LOOPBACK
 
 TIMEOUT = 10.0  # seconds a single request may take before it counts as a hang
-
-
 METHODS = ("get", "post", "put", "patch", "delete")
-
-
 # Pages outside the schema (drf-spectacular leaves itself out) that anyone may read.
 PUBLIC_PAGES = [("GET", "/api/schema/"), ("GET", "/api/docs/")]
-
-
 TOKEN_LOGIN = ("POST", "/api/auth/token/")
 
 
@@ -167,14 +163,46 @@ class HostileInputResult:
 
     @property
     def passed(self) -> bool:
-        return (
-            self.operations_tested > 0
-            and self.schemathesis_requests > 0
-            and not self.server_errors
-            and not self.undocumented_statuses
-            and not self.schema_violations
-            and not self.other_failures
-            and not self.authz_violations
-            and not self.bad_body_violations
-            and not self.bad_path_violations
-        )
+        failures = (self.server_errors, self.undocumented_statuses, self.schema_violations, self.other_failures)
+        violations = (self.authz_violations, self.bad_body_violations, self.bad_path_violations)
+        return self.operations_tested > 0 and self.schemathesis_requests > 0 and not any(failures + violations)
+
+
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", re.MULTILINE)
+
+
+SERVER_ERROR = re.compile(r"ERROR django\.request Internal Server Error: (.+)$")
+
+
+def server_tracebacks(text: str) -> dict[str, list[str]]:
+    """Logged request path -> the tracebacks the web log ``text`` holds for it (carets dropped).
+
+    Django logs the decoded path escaped with ``unicode_escape``; ``traceback_for`` matches it.
+    """
+    found: dict[str, list[str]] = defaultdict(list)
+    starts = [m.start() for m in LOG_RECORD.finditer(text)] + [len(text)]
+    for start, end in itertools.pairwise(starts):
+        record = text[start:end]
+        match = SERVER_ERROR.search(record.split("\n", 1)[0])
+        if match:
+            lines = [line for line in record.rstrip().splitlines() if line.strip().strip("^~") != ""]
+            found[match.group(1)].append("\n".join(lines))
+    return found
+
+
+def traceback_summary(traceback: str) -> str:
+    """The exception and the innermost frame of the project's own code."""
+    lines = traceback.splitlines()
+    own = [line.strip() for line in lines if line.strip().startswith("File ") and ".venv" not in line]
+    own = [line for line in own if str(PROJECT_DIR) in line]
+    where = own[-1].replace(str(PROJECT_DIR) + "/", "") if own else ""
+    return f"{lines[-1].strip()}" + (f" at {where}" if where else "")
+
+
+def traceback_for(tracebacks: dict[str, list[str]], url_or_path: str) -> str:
+    raw = urlsplit(url_or_path.split(" ", 1)[-1]).path
+    for path in (unquote(raw), raw):  # Django keeps a path that is not UTF-8 percent-encoded
+        logged = path.encode("unicode_escape").decode("ascii")
+        if logged in tracebacks:
+            return tracebacks[logged][0]
+    return ""

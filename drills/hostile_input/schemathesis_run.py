@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from drills.deployment import PYTHON, Deployment
-from drills.hostile_input.common import TIMEOUT, HostileInputResult
-from drills.hostile_input.tracebacks import traceback_for, traceback_summary
+from drills.hostile_input.common import TIMEOUT, HostileInputResult, traceback_for, traceback_summary
 
 
 def run_schemathesis(dep: Deployment, *, examples: int, seed: int, folder: Path, log: Path) -> dict[str, Any]:
@@ -19,35 +18,13 @@ def run_schemathesis(dep: Deployment, *, examples: int, seed: int, folder: Path,
 
     Its events, one JSON document a line, are left in ``folder / "events.ndjson"``.
     """
-    argv = [
-        PYTHON,
-        "-m",
-        "schemathesis.cli",
-        "run",
-        f"{dep.url}/api/schema/",
-        "--header",
-        f"Authorization: Token {dep.token}",
-        "--checks",
-        "not_a_server_error,status_code_conformance,response_schema_conformance",
-        "--continue-on-failure",  # else an operation stops at its first failure, hiding the rest
-        "--max-examples",
-        str(examples),
-        "--seed",
-        str(seed),
-        "--workers",
-        "2",
-        "--request-timeout",
-        str(TIMEOUT),
-        "--generation-database",
-        "none",
-        "--report",
-        "json,ndjson",
-        "--report-json-path",
-        str(folder / "report.json"),
-        "--report-ndjson-path",
-        str(folder / "events.ndjson"),
-        "--no-color",
-    ]
+    argv = [PYTHON, "-m", "schemathesis.cli", "run", f"{dep.url}/api/schema/"]
+    argv += ["--header", f"Authorization: Token {dep.token}", "--no-color", "--generation-database", "none"]
+    argv += ["--checks", "not_a_server_error,status_code_conformance,response_schema_conformance"]
+    argv += ["--continue-on-failure"]  # else an operation stops at its first failure, hiding the rest
+    argv += ["--max-examples", str(examples), "--seed", str(seed), "--workers", "2", "--request-timeout", str(TIMEOUT)]
+    argv += ["--report", "json,ndjson", "--report-json-path", str(folder / "report.json")]
+    argv += ["--report-ndjson-path", str(folder / "events.ndjson")]
     limit = 300 + examples * 12
     with log.open("w") as out:
         try:
@@ -91,22 +68,15 @@ def schemathesis_failures(events: Path) -> tuple[int, list[dict[str, Any]]]:
                     message = (failure.get("message") or "").strip()
                     first = message.splitlines()[0] if message else ""
                     key = (failure["operation"], failure["code"], status, first)
-                    group = groups.get(key)
-                    if group is None:
-                        groups[key] = {
-                            "operation": failure["operation"],
-                            "code": failure["code"],
-                            "title": failure["title"],
-                            "status": status,
-                            "message": message,
-                            "count": 1,
-                            "phase": scenario.get("phase"),
-                            "request": f"{request.get('method')} {request.get('uri')}",
-                            "request_body": decode(request.get("body")),
-                            "response_body": decode(response.get("content")),
-                        }
-                    else:
+                    group = groups.setdefault(key, {"operation": failure["operation"], "code": failure["code"]})
+                    if "count" in group:
                         group["count"] += 1
+                        continue
+                    group.update(title=failure["title"], status=status, message=message, count=1)
+                    group.update(phase=scenario.get("phase"), request=f"{request.get('method')} {request.get('uri')}")
+                    group.update(
+                        request_body=decode(request.get("body")), response_body=decode(response.get("content"))
+                    )
     return requests, sorted(groups.values(), key=lambda g: (g["code"], g["operation"], g["status"]))
 
 

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from drills.deployment import Deployment
-from drills.hostile_input.common import PUBLIC_PAGES, TOKEN_LOGIN, Answer, HostileInputResult, Operation, exchange
-from drills.hostile_input.tracebacks import traceback_for, traceback_summary
+from drills.hostile_input.common import (
+    PUBLIC_PAGES,
+    TOKEN_LOGIN,
+    Answer,
+    HostileInputResult,
+    Operation,
+    exchange,
+    traceback_for,
+    traceback_summary,
+)
 
 # What a plain account may use besides its own user id (everything else is refused).
 PLAIN_ALLOWED = {
@@ -22,10 +30,7 @@ PLAIN_ALLOWED = {
     ("GET", "/api/communities/{slug}/"),
     ("GET", "/api/communities/{slug}/trending/"),
 }
-
-
 DENIED = {400, 403, 404, 405}
-
 
 # Tables a refused or malformed request must not change.
 WATCHED = {
@@ -218,12 +223,7 @@ def bad_body_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[P
         # (the victim has left; NEVER_LEFT is active), so that any write shows.
         user_id = NEVER_LEFT if op.path.endswith("/rejoin/") else fx.other_id
         path = fx.fill(op.path, user_id=user_id)
-        for name, (content_type, body, claimed) in bad_bodies(fx, op).items():
-            before = watched_counts(dep, own=-1)
-            headers = {"Authorization": f"Token {dep.token}", "Content-Type": content_type}
-            answer = exchange(dep.url, op.method, path, headers=headers, body=body, content_length=claimed)
-            after = watched_counts(dep, own=-1)
-            probes.append(Probe(name, op.method, path, answer, problems(answer, before, after), op.path))
+        probes += [malformed(dep, name, op, path, sent) for name, sent in bad_bodies(fx, op).items()]
     return probes
 
 
@@ -244,21 +244,21 @@ def bad_path_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[P
         if "{" not in op.path:
             continue
         for name, value in BAD_PATH_VALUES.items():
-            path = re.sub(r"\{[^}]+\}", value, op.path)
-            headers = {"Authorization": f"Token {dep.token}"}
-            body = None
-            if op.has_body:
-                headers["Content-Type"] = "application/json"
-                body = json.dumps(fx.valid_body(op, "path")).encode()
-            before = watched_counts(dep, own=-1)
-            answer = exchange(dep.url, op.method, path, headers=headers, body=body)
-            after = watched_counts(dep, own=-1)
-            probes.append(Probe(name, op.method, path, answer, problems(answer, before, after), op.path))
+            body = json.dumps(fx.valid_body(op, "path")).encode() if op.has_body else None
+            sent = ("application/json" if op.has_body else "", body, None)
+            probes.append(malformed(dep, name, op, re.sub(r"\{[^}]+\}", value, op.path), sent))
     return probes
 
 
-def problems(answer: Answer, before: dict[str, int], after: dict[str, int]) -> str:
-    """What is wrong with the answer to a malformed request: a 5xx, no answer, a write."""
+def malformed(dep: Deployment, case: str, op: Operation, path: str, sent: tuple[str, Any, int | None]) -> Probe:
+    """One malformed request as the service account, ``sent`` = (content type, body, Content-Length to
+    claim or None), and what is wrong with its answer (a 5xx, no answer, a write: the watched row
+    counts are compared around it)."""
+    content_type, body, claimed = sent
+    headers = {"Authorization": f"Token {dep.token}", **({"Content-Type": content_type} if content_type else {})}
+    before = watched_counts(dep, own=-1)
+    answer = exchange(dep.url, op.method, path, headers=headers, body=body, content_length=claimed)
+    after = watched_counts(dep, own=-1)
     found = []
     if answer.status == 0 or answer.hung:
         found.append(f"no answer ({answer.error})")
@@ -266,7 +266,7 @@ def problems(answer: Answer, before: dict[str, int], after: dict[str, int]) -> s
         found.append(f"server error {answer.status}")
     if after != before:
         found.append(f"wrote rows ({changed(before, after)}) with answer {answer.status}")
-    return "; ".join(found)
+    return Probe(case, op.method, path, answer, "; ".join(found), op.path)
 
 
 def statuses(probes: list[Probe]) -> dict[str, dict[int, int]]:

@@ -1,0 +1,239 @@
+"""What the benchmark scripts share: arguments, a database of their own, the machine's facts,
+and printing and writing their results.
+
+Each script creates its own PostgreSQL database, points Django at it (forced, not defaulted:
+the script drops it), migrates it, and drops it at the end, also on error, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SETTINGS = "tidalproject.settings.dev"
+SERVER = "postgres://127.0.0.1:5432"
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def arguments(doc: str | None, *, quick: str) -> argparse.ArgumentParser:
+    """A parser with the options every script has: --quick (``quick`` says what it runs), --server,
+    --output, --no-write, --seed."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--server", default=SERVER, help="PostgreSQL server URL, no database")
+    parser.add_argument("--output", type=Path, default=PROJECT_DIR / "BENCHMARKS.md", help="markdown file to update")
+    parser.add_argument("--no-write", action="store_true", help="print the results only")
+    parser.add_argument("--seed", type=int, default=20_240_101)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str], sizes: dict[str, tuple[Any, Any]]) -> argparse.Namespace:
+    """Parse, and give each option of ``sizes`` left unset its (quick, full) default."""
+    args = parser.parse_args(argv)
+    for name, (quick, full) in sizes.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    return args
+
+
+def command_line(script: str, argv: list[str]) -> str:
+    python = Path(sys.executable)
+    shown = python.relative_to(PROJECT_DIR) if python.is_relative_to(PROJECT_DIR) else python
+    return shlex.join([str(shown), f"bench/{script}", *argv])  # run from the project folder
+
+
+def run_sql(url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)  # our own fixed statements
+
+
+def database_exists(server: str, name: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(f"{server.rstrip('/')}/postgres", autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # so that the finally clauses stop the children and drop the database
+
+
+@contextmanager
+def database(
+    name: str, server: str, env: dict[str, str] | None = None, *, debug: str | None = "false", keep: bool = False
+) -> Iterator[str]:
+    """A new database ``name`` (unless ``keep`` and it exists) that Django is set up on and has
+    migrated; yields its URL. ``env`` is forced; DEBUG (production's: dev's default DEBUG=True
+    logs every query) and LOG_LEVEL=WARNING are defaults. Dropped at the end unless ``keep``."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    server = server.rstrip("/")
+    url = f"{server}/{name}"
+    os.environ.update({"DJANGO_SETTINGS_MODULE": SETTINGS, "DATABASE_URL": url, **(env or {})})
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    if debug is not None:
+        os.environ.setdefault("DEBUG", debug)
+    sys.path.insert(0, str(PROJECT_DIR))
+    admin = f"{server}/postgres"
+    if not (keep and database_exists(server, name)):
+        run_sql(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        run_sql(admin, f"CREATE DATABASE {name}")
+    import django
+
+    try:
+        django.setup()
+        from django.core.management import call_command
+
+        progress("migrate")
+        call_command("migrate", verbosity=0)
+        yield url
+    finally:
+        from django.apps import apps
+
+        if apps.ready:
+            from django.db import connections
+
+            connections.close_all()
+        if not keep:
+            run_sql(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment for a child that imports the project."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))}
+
+
+def machine(conn: Any) -> list[tuple[str, str]]:
+    import django
+    import psycopg
+    from django.conf import settings
+
+    def first(path: str, prefix: str, read: Callable[[str], Any], default: Any) -> Any:
+        text = Path(path).read_text() if Path(path).exists() else ""
+        return next((read(line) for line in text.splitlines() if line.startswith(prefix)), default)
+
+    cpu = first("/proc/cpuinfo", "model name", lambda line: line.split(":", 1)[1].strip(), "?")
+    mem_kib = first("/proc/meminfo", "MemTotal:", lambda line: int(line.split()[1]), 0)
+    server_version = conn.execute("SHOW server_version").fetchone()[0]
+    shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
+    libpq = psycopg.pq.version()
+    return [
+        ("date", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        ("nproc", f"{len(os.sched_getaffinity(0))} ({cpu})"),
+        ("memory", f"{mem_kib / 2**20:.1f} GiB"),
+        ("os", platform.platform()),
+        ("python", f"{platform.python_implementation()} {platform.python_version()}"),
+        ("django", django.get_version()),
+        ("psycopg", f"{psycopg.__version__} ({psycopg.pq.__impl__}, libpq {libpq // 10000}.{libpq % 10000})"),
+        ("postgresql", f"{server_version} at {conn.info.host}:{conn.info.port}, shared_buffers {shared_buffers}"),
+        ("settings", f"{os.environ['DJANGO_SETTINGS_MODULE']}, DEBUG={settings.DEBUG}"),
+        ("LEAVE_CACHE_REWARM_AFTER", f"{settings.LEAVE_CACHE_REWARM_AFTER:,}"),
+    ]
+
+
+def results_section(
+    command: str,
+    facts: Sequence[tuple[str, str]],
+    parts: Sequence[tuple[str, str]],
+    passed: bool,
+    *,
+    description: Path | None = None,
+    level: int = 2,
+) -> str:
+    """A markdown section: the description, the verdict, the command, the facts, then each part
+    under its title (a heading one level down; none for an empty title)."""
+    heading = "#" * level
+    blocks = [description.read_text().strip()] if description else []
+    blocks += [f"{heading} Results of the last run: {'PASS' if passed else 'FAIL'}", f"```\n{command}\n```"]
+    blocks.append("| Item | Value |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in facts))
+    for title, body in parts:
+        blocks += [f"{heading}# {title}", body] if title else [body]
+    return "\n\n".join(blocks) + "\n"
+
+
+def checks_text(failed: Sequence[str], passed_text: str) -> str:
+    return "\n".join(f"- FAILED: {what}" for what in failed) if failed else passed_text
+
+
+def conclude(
+    args: argparse.Namespace,
+    command: str,
+    printed: Sequence[str],
+    failed: Sequence[str],
+    passed: bool,
+    section: Callable[[], str],
+    markers: tuple[str, str],
+    *,
+    failed_prefix: str = "CHECK FAILED",
+) -> int:
+    """Print the results, write the section between ``markers`` unless --no-write; the exit status."""
+    from bench import report
+
+    for block in printed:
+        print(f"\n{block}")
+    for what in failed:
+        print(f"{failed_prefix}: {what}")
+    print(f"\n{'PASS' if passed else 'FAIL'}: {command}")
+    if not args.no_write:
+        report.write_section(args.output, section(), start=markers[0], end=markers[1])
+        print(f"results written to {args.output}")
+    return 0 if passed else 1
+
+
+def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> tuple[Any, str]:
+    """gunicorn with deploy/gunicorn.conf.py (sync workers) on a free loopback port, answering;
+    returns the child and its base URL. BIND and WEB_CONCURRENCY are what that file reads."""
+    import urllib.error
+    import urllib.request
+
+    from support.processes import free_port, wait_until
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**env, "BIND": f"127.0.0.1:{port}", **({"WEB_CONCURRENCY": str(workers)} if workers else {})}
+    config = str(PROJECT_DIR / "deploy" / "gunicorn.conf.py")
+    argv = [sys.executable, "-m", "gunicorn", "-c", config, "tidalproject.wsgi:application"]
+    server = children.start("gunicorn", argv, env=env, cwd=PROJECT_DIR)
+
+    def answers() -> bool:
+        if not server.running:
+            raise RuntimeError(f"gunicorn exited ({server.proc.returncode}):\n{server.tail()}")
+        try:
+            with urllib.request.urlopen(f"{base}/api/signals/", timeout=2):  # loopback, our own server
+                return True
+        except urllib.error.HTTPError:
+            return True  # 401/405: it answers
+        except OSError:
+            return False
+
+    wait_until(answers, timeout=60, what=f"gunicorn at {base}")
+    return server, base
+
+
+def json_answer(children: Any, child: Any, timeout: float) -> dict[str, Any]:
+    """What a child prints last, one line of JSON, once it exits; it is stopped in any case."""
+    try:
+        code = child.wait(timeout=timeout)
+    finally:
+        children.stop(child)
+    if code != 0:
+        raise RuntimeError(f"{child.name} failed ({code}):\n{child.tail()}")
+    answer: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
+    return answer

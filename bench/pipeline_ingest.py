@@ -1,0 +1,147 @@
+"""Budget 3 of the pipeline benchmark: signals accepted over HTTP against bare inserts of
+the same rows (bench/ingest_client.py, a few processes each way)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+
+from accounts.services import token_issue
+from bench.common import PROJECT_DIR, gunicorn, json_answer, progress
+from bench.pipeline_data import SIGNAL_TABLE
+from bench.report import ms
+
+INGEST_BUDGET = 0.7  # signals accepted over HTTP, at least 0.7x the bare insert of the same rows
+CELERY_QUEUE = "celery"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f} signals/s"
+
+
+class Ingest:
+    """PipelineBench's budget 3 (it has the connection, the options, the broker, the children)."""
+
+    def ingest(self) -> None:
+        opts = self.options
+        sender = self.ingest_sender()
+        token = token_issue(user=sender)[1]
+
+        progress(f"ingest floor: {opts.ingest_clients} clients inserting with psycopg for {opts.ingest_seconds:g} s")
+        self.empty_signals()
+        floor = self.run_clients("sql", [self.child_env["DATABASE_URL"], "--sender-id", str(sender.pk)])
+        floor_rate = floor["signals"] / opts.ingest_seconds
+        stored = self.conn.execute(f"SELECT count(*) FROM {SIGNAL_TABLE}").fetchone()[0]
+        self.check(stored == floor["total_signals"], f"the ingest floor stored what it inserted ({stored:,})")
+
+        self.empty_signals()
+        self.broker.flushdb()
+        result = self.serve_clients(token)
+        accepted_rate = result["signals"] / opts.ingest_seconds
+        self.check_ingested(result)
+        self.at_least(
+            f"3. ingest, POST /api/signals/ with 1,000 signals (half keyed), gunicorn {opts.ingest_workers} sync "
+            f"workers (deploy/gunicorn.conf.py), {opts.ingest_clients} clients, {opts.ingest_seconds:g} s",
+            rate(accepted_rate),
+            f"{rate(floor_rate)} (psycopg INSERT … unnest, {opts.ingest_clients} connections)",
+            accepted_rate / floor_rate,
+            INGEST_BUDGET,
+        )
+        latencies = sorted(result["latencies"])
+        if latencies:
+            p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
+            self.note(
+                f"3. ingest request latency, {len(latencies):,} requests in the window",
+                f"median {ms(statistics.median(latencies))}, p95 {ms(p95)}",
+                f"median {ms(statistics.median(floor['latencies']))} a floor batch" if floor["latencies"] else "",
+            )
+
+    def serve_clients(self, token: str) -> dict[str, Any]:
+        """Start gunicorn, run the HTTP clients against it, stop it."""
+        opts = self.options
+        server, base = gunicorn(self.children, self.child_env, opts.ingest_workers)
+        try:
+            progress(
+                f"ingest: gunicorn, {opts.ingest_workers} sync workers; {opts.ingest_clients} clients posting "
+                f"1,000-signal batches for {opts.ingest_seconds:g} s"
+            )
+            return self.run_clients("http", [base], env={"BENCH_API_TOKEN": token})
+        finally:
+            self.children.stop(server)
+
+    def check_ingested(self, result: dict[str, Any]) -> None:
+        errors, accepted = result["errors"], result["total_signals"]
+        stored, keyed = self.conn.execute(f"SELECT count(*), count(idempotency_key) FROM {SIGNAL_TABLE}").fetchone()
+        pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
+        tasks, queued = queued_signal_ids(self.broker)
+        self.broker.flushdb()
+        self.check(errors == 0, f"every ingest request answered 202 ({errors} did not: {result['first_error']})")
+        self.check(stored == accepted, f"the API stored what it accepted ({stored:,} vs {accepted:,})")
+        self.check(
+            2 * keyed == stored, f"half of the ingested signals carry an idempotency key ({keyed:,} of {stored:,})"
+        )
+        self.check(
+            queued == pending,
+            f"the API enqueued every pending signal it stored, once ({len(queued):,} ids in {tasks:,} tasks on "
+            f"Redis, {len(pending):,} pending, {stored - len(pending):,} gated on receipt)",
+        )
+
+    def ingest_sender(self) -> Any:
+        sender = get_user_model().objects.get(pk=self.data.sender_id)
+        add_signal = Permission.objects.get(content_type__app_label="signals_app", codename="add_signal")
+        sender.user_permissions.add(add_signal)
+        group, _ = Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)
+        sender.groups.add(group)
+        return sender
+
+    def empty_signals(self) -> None:
+        self.conn.execute(f"TRUNCATE {SIGNAL_TABLE} RESTART IDENTITY")
+        self.conn.execute(f"VACUUM ANALYZE {SIGNAL_TABLE}")
+        self.conn.execute("CHECKPOINT")
+
+    def run_clients(self, mode: str, target: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+        opts = self.options
+        start = time.time() + opts.ingest_warmup
+        end = start + opts.ingest_seconds
+        argv = [
+            sys.executable,
+            str(PROJECT_DIR / "bench" / "ingest_client.py"),
+            mode,
+            *target,
+            "--seed",
+            str(opts.seed),
+        ]
+        argv += ["--start", f"{start:.6f}", "--end", f"{end:.6f}"]
+        env = {**self.child_env, **(env or {})}
+        clients = [
+            self.children.start(f"client-{n}", [*argv, "--client", str(n)], env=env, cwd=PROJECT_DIR)
+            for n in range(opts.ingest_clients)
+        ]
+        results = [json_answer(self.children, client, max(end - time.time(), 0) + 120) for client in clients]
+        merged: dict[str, Any] = {
+            key: sum(r[key] for r in results)
+            for key in ("requests", "signals", "total_requests", "total_signals", "errors")
+        }
+        merged["first_error"] = next((r["first_error"] for r in results if r["first_error"]), "")
+        merged["latencies"] = [latency for r in results for latency in r["latencies"]]
+        return merged
+
+
+def queued_signal_ids(broker: redis.Redis) -> tuple[int, set[int]]:
+    """The tasks waiting on the Celery queue, and the signal ids they carry (empty if any is there twice)."""
+    ids: list[int] = []
+    messages = broker.lrange(CELERY_QUEUE, 0, -1)
+    for message in messages:
+        args, _, _ = json.loads(base64.b64decode(json.loads(message)["body"]))
+        ids.extend(args[0])
+    unique = set(ids)
+    return len(messages), unique if len(unique) == len(ids) else set()
