@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.forms",  # the form templates, for FORM_RENDERER below
     "rest_framework",
     "knox",
     "axes",
@@ -69,7 +70,8 @@ WSGI_APPLICATION = "tidalproject.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # Before the apps' folders (django.contrib.admin's included): admin/base_site.html.
+        "DIRS": [BASE_DIR / "tidalproject" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -80,6 +82,10 @@ TEMPLATES = [
         },
     },
 ]
+
+# Widgets render through TEMPLATES, so that tidalproject/templates can override one of the
+# admin's (admin/widgets/split_datetime.html: labelled date and time inputs).
+FORM_RENDERER = "django.forms.renderers.TemplatesSetting"
 
 # --- Database ---------------------------------------------------------------------------
 DATABASES = {
@@ -127,6 +133,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+STATICFILES_DIRS = [BASE_DIR / "tidalproject" / "static"]  # the admin's site-wide stylesheet and script
 
 # --- REST framework ---------------------------------------------------------------------
 REST_FRAMEWORK = {
