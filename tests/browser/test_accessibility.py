@@ -32,14 +32,16 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
 from community.models import Cohort, Community, CommunityLeave, WebhookDelivery
-from community.services import group_members_add, leave_community_layer, rejoin_community_layer
-from community.webhooks import webhook_subscription_create, webhook_subscription_update
+from community.services.groups import group_members_add
+from community.services.layer import leave_community_layer, rejoin_community_layer
+from community.webhooks.subscriptions import webhook_subscription_create, webhook_subscription_update
 from signals_app.erasure import erasure_job_create, erasure_job_run
 from signals_app.models import Outcome, Signal
-from signals_app.services import ingest_signals, process_signals
+from signals_app.services.ingest import signals_ingest
+from signals_app.services.processing import signals_process
 from signals_app.validation import SignalIn
-from tests.browser.conftest import PASSWORD, log_in
-from tests.factories import UserFactory, api_token, service_account
+from tests.factories import PASSWORD, UserFactory, api_token, service_account
+from tests.helpers import log_in
 
 # live_server serves from another thread: the data must be committed for it to see it.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,10 +133,10 @@ def populated(settings: Any, no_broker: list[list[int]]) -> None:
 
     def send(user_id: int, count: int, kind: str = "view") -> list[int]:
         signal = SignalIn(user_id, 7, kind, 1.0, now - timedelta(minutes=5), None)
-        return ingest_signals(sender=sender, signals=[signal] * count).signal_ids
+        return signals_ingest(sender=sender, signals=[signal] * count).signal_ids
 
-    process_signals(signal_ids=send(ACTIVE, 4) + send(ACTIVE, 2, "like") + send(ERASED, 2))  # attributed
-    process_signals(signal_ids=send(555, 2))  # no target
+    signals_process(signal_ids=send(ACTIVE, 4) + send(ACTIVE, 2, "like") + send(ERASED, 2))  # attributed
+    signals_process(signal_ids=send(555, 2))  # no target
     send(ACTIVE, 2)  # pending
     failed = send(ACTIVE, 1)
     Signal.objects.filter(pk__in=failed).update(outcome=Outcome.FAILED, error="ProgrammingError: boom")
