@@ -6,7 +6,8 @@ Run by pipeline.py, a few at a time, each its own process (no Django here)::
     python bench/ingest_client.py sql postgres://127.0.0.1:5432/DB --sender-id 1 --client 0 --start T0 --end T1
 
 ``http`` posts to ``/api/signals/``; ``sql`` is the floor, the same rows bulk-inserted with
-plain psycopg (``INSERT … SELECT FROM unnest``, one transaction a batch). Every other signal
+plain psycopg (``INSERT … SELECT FROM unnest``, one transaction a batch), with psycopg's default
+parameters; ``sql-binary`` is the same with the arrays as binary parameters. Every other signal
 of a batch carries an idempotency key, unique across clients and requests, so every signal
 is accepted. Requests go out back to back from the start; those that complete within
 [start, end] (epoch seconds, the same window for every client) are counted. Prints one line
@@ -138,6 +139,8 @@ def run_sql(args: argparse.Namespace, batches: list[list[Any]], window: Window) 
     import psycopg
 
     columns = [[list(column) for column in zip(*batch, strict=True)] for batch in batches]
+    # sql: psycopg's default (text) parameters; sql-binary: the arrays in binary, as the API's insert sends them.
+    statement = INSERT_SQL.replace("%s::", "%b::") if args.mode == "sql-binary" else INSERT_SQL
     with psycopg.connect(args.target) as conn:
         number = 0
         while time.time() < window.end:
@@ -147,7 +150,7 @@ def run_sql(args: argparse.Namespace, batches: list[list[Any]], window: Window) 
             number += 1
             sent = time.time()
             with conn.cursor() as cursor:
-                cursor.execute(INSERT_SQL, (args.sender_id, users, items, kinds, weights, moments, keys))
+                cursor.execute(statement, (args.sender_id, users, items, kinds, weights, moments, keys))
                 inserted = cursor.rowcount
             conn.commit()
             window.record(sent, time.time(), inserted)
@@ -155,7 +158,7 @@ def run_sql(args: argparse.Namespace, batches: list[list[Any]], window: Window) 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("http", "sql"))
+    parser.add_argument("mode", choices=("http", "sql", "sql-binary"))
     parser.add_argument("target", help="the server's base URL (http) or the database URL (sql)")
     parser.add_argument("--sender-id", type=int, default=0)
     parser.add_argument("--client", type=int, required=True)

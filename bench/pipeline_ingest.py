@@ -43,6 +43,11 @@ class Ingest:
         stored = self.conn.execute(f"SELECT count(*) FROM {SIGNAL_TABLE}").fetchone()[0]
         self.check(stored == floor["total_signals"], f"the ingest floor stored what it inserted ({stored:,})")
 
+        progress("ingest floor again, the arrays as binary parameters (as the API's insert sends them)")
+        self.empty_signals()
+        binary = self.run_clients("sql-binary", [self.child_env["DATABASE_URL"], "--sender-id", str(sender.pk)])
+        binary_rate = binary["signals"] / opts.ingest_seconds
+
         self.empty_signals()
         self.broker.flushdb()
         result = self.serve_clients(token)
@@ -55,6 +60,13 @@ class Ingest:
             f"{rate(floor_rate)} (psycopg INSERT … unnest, {opts.ingest_clients} connections)",
             accepted_rate / floor_rate,
             INGEST_BUDGET,
+        )
+        self.note(
+            "3. the same ingest against the floor with binary array parameters (psycopg's %b: no text"
+            " formatting or parsing of each element)",
+            rate(accepted_rate),
+            f"{rate(binary_rate)} (psycopg INSERT … unnest, binary parameters)",
+            f"{accepted_rate / binary_rate:.2f}x",
         )
         latencies = sorted(result["latencies"])
         if latencies:
