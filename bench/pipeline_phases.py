@@ -27,6 +27,7 @@ from bench.pipeline_probe import Probe, top_functions
 from bench.pipeline_worker import Worker, WorkerRun
 from bench.report import Results, ms, ratio, us
 from community.cache import leave_cache, leave_gate
+from community.cache.gate import LeaveGate
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
@@ -258,7 +259,8 @@ class PipelineBench(Ingest, Worker, Results):
         profiler.disable()
         # Counted, not assumed (2 today: one in each gated step): the profiler's count of the calls.
         stats = pstats.Stats(profiler).stats
-        calls = sum(row[1] for (path, _, name), row in stats.items() if name == "is_left" and path.endswith("cache.py"))
+        is_left = (LeaveGate.is_left.__code__.co_filename, "is_left")
+        calls = sum(row[1] for (path, _, name), row in stats.items() if (path, name) == is_left)
         profiled = opts.cprofile_batches * size
         calls_per_signal = calls / profiled if profiled else 2.0
         self.check(calls > 0, "signals_process calls gate.is_left (counted by the profiler)")
