@@ -4,7 +4,7 @@
     python bench/pipeline.py --quick    # 60,000 signals, 1 round, 5 s of ingest: a smoke run
 
 The budgets, floors and method are bench/pipeline.md (the text above its section of
-BENCHMARKS.md). Uses its own Redis database number (9), flushed before and after.
+BENCHMARKS.md). Uses its own Redis database number (15: the drills use 2 to 13), flushed before and after.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--ingest-seconds", type=float, help="counted seconds of ingest (default 20; 5 quick)")
     add("--ingest-clients", type=int, default=4, help="load client processes (default 4)")
     add("--ingest-workers", type=int, help="gunicorn sync workers (default 2 x CPUs + 1, as deploy/gunicorn.conf.py)")
-    add("--broker", default="redis://127.0.0.1:6379/9", help="Redis URL with a database number of its own")
+    add("--broker", default="redis://127.0.0.1:6379/15", help="Redis URL with a database number of its own")
     add("--no-extras", action="store_true", help="skip the cost of each index and constraint (one floor run each)")
     args = common.parse(parser, argv, SIZES)
     args.ingest_workers = args.ingest_workers or 2 * len(os.sched_getaffinity(0)) + 1
