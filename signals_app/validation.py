@@ -73,7 +73,7 @@ _ABSENT = object()
 
 def _plain_signal(item: Any, now: datetime, latest: datetime) -> SignalIn | None:
     """The common case, checked in one pass without collecting errors: a signal with JSON
-    integers for ids, a known kind, a float or integer weight and an upper-case time. None
+    integers for ids, a known kind, a float or integer weight and an RFC 3339 time. None
     when anything is otherwise, and ``_signal`` then checks it field by field and names
     every error (a valid signal that is not plain, such as ids given as strings, too).
     Both agree on every signal this one accepts (tests/signals_app/test_validation.py)."""
@@ -91,11 +91,9 @@ def _plain_signal(item: Any, now: datetime, latest: datetime) -> SignalIn | None
     if occurred_at is _ABSENT:
         occurred_at = now
     else:
-        if type(occurred_at) is not str or _RFC3339.fullmatch(occurred_at) is None:
-            return None
         try:
-            occurred_at = datetime.fromisoformat(occurred_at).astimezone(UTC)
-        except (ValueError, OverflowError):
+            occurred_at = parse_rfc3339(occurred_at)
+        except ValueError:
             return None
         if occurred_at > latest:
             return None
