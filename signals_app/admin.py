@@ -15,6 +15,7 @@ from django.urls import URLPattern, path, reverse
 from community.admin.common import UserIdSearchMixin
 from community.admin_links import user_page_url
 from community.forms import BulkLeaveForm
+from community.groups import GroupAggregate
 from community.ids import parse_user_id
 from community.models import ChangeSource, CommunityLeave
 from community.permissions import CHANGE_SIGNALS, ERASE_ANY
@@ -96,23 +97,21 @@ class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
         self.message_user(request, f"{count} failed signal(s) put back to pending and enqueued.", messages.SUCCESS)
 
 
+@admin.register(CommunityAggregate, CohortAggregate)
 class AggregateAdmin(ReadOnlyAdmin):
-    list_display = ["item_id", "kind", "hour", "count", "weight_sum", "last_at"]
-    list_filter = [KindFilter, recent_filter("hour", parameter="hour", title="hour")]
+    """Both aggregate tables: the group's column is the one the model declares (``group_field``)."""
 
+    model: type[GroupAggregate]
+    _by_hour = recent_filter("hour", parameter="hour", title="hour")
 
-@admin.register(CommunityAggregate)
-class CommunityAggregateAdmin(AggregateAdmin):
-    list_display = ["community", *AggregateAdmin.list_display]
-    list_filter = ["community", *AggregateAdmin.list_filter]
-    list_select_related = ["community"]
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        return [self.model.group_field, "item_id", "kind", "hour", "count", "weight_sum", "last_at"]
 
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [self.model.group_field, KindFilter, self._by_hour]
 
-@admin.register(CohortAggregate)
-class CohortAggregateAdmin(AggregateAdmin):
-    list_display = ["cohort", *AggregateAdmin.list_display]
-    list_filter = ["cohort", *AggregateAdmin.list_filter]
-    list_select_related = ["cohort"]
+    def get_list_select_related(self, request: HttpRequest) -> list[str]:
+        return [self.model.group_field]
 
 
 # --- erasure ------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.http import HttpRequest
 
+from ..groups import GroupMember
 from ..models import Cohort, CohortMember, Community, CommunityMember
 from .common import UserIdSearchMixin
 
@@ -16,21 +18,23 @@ class MemberGroupAdmin(admin.ModelAdmin[Any]):
     search_fields = ["slug", "name"]
 
 
-@admin.register(CommunityMember)
-class CommunityMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[CommunityMember]):
-    list_display = ["user_id", "community", "joined_at"]
-    list_filter = ["community"]
+@admin.register(CommunityMember, CohortMember)
+class GroupMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[Any]):
+    """Both member tables: the group's column is the one the model declares (``group_field``)."""
+
     search_fields = ["user_id"]
-    list_select_related = ["community"]
-    autocomplete_fields = ["community"]
     show_full_result_count = False
 
+    model: type[GroupMember]
 
-@admin.register(CohortMember)
-class CohortMemberAdmin(UserIdSearchMixin, admin.ModelAdmin[CohortMember]):
-    list_display = ["user_id", "cohort", "joined_at"]
-    list_filter = ["cohort"]
-    search_fields = ["user_id"]
-    list_select_related = ["cohort"]
-    autocomplete_fields = ["cohort"]
-    show_full_result_count = False
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        return ["user_id", self.model.group_field, "joined_at"]
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        return [self.model.group_field]
+
+    def get_list_select_related(self, request: HttpRequest) -> list[str]:
+        return [self.model.group_field]
+
+    def get_autocomplete_fields(self, request: HttpRequest) -> list[str]:
+        return [self.model.group_field]
