@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import action
 from rest_framework.pagination import BasePagination
@@ -22,7 +24,7 @@ from ..serializers.layer import (
     LayerStatusSerializer,
     LeaveHistorySerializer,
 )
-from ..services.layer import bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
+from ..services.layer import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from .feed import ChangeFeedAndRecords, StatusCursorPagination
 from .user_ids import USER_ID_PARAM, parse_path_user_id
 
@@ -67,12 +69,13 @@ class CommunityLayerViewSet(ActionPermissions, ChangeFeedAndRecords):
     def retrieve(self, request: Request, user_id: str) -> Response:
         return self._answer(community_layer_status(user_id=self._user_id()))
 
-    @staticmethod
-    def _reason(request: Request) -> str:
+    def _change(self, request: Request, change: Callable[..., LayerChange]) -> Response:
+        """Leave or rejoin: the path's user id is checked first, then the body's reason."""
+        uid = self._user_id()
         body = ChangeBodySerializer(data=request.data if request.data else {})
         body.is_valid(raise_exception=True)
-        reason: str = body.validated_data["reason"]
-        return reason
+        done = change(user_id=uid, actor=request.user, source=ChangeSource.API, reason=body.validated_data["reason"])
+        return self._answer(LayerStatus(done.membership, corrupt=False, version=done.version))
 
     @extend_schema(
         request=ChangeBodySerializer,
@@ -82,10 +85,7 @@ class CommunityLayerViewSet(ActionPermissions, ChangeFeedAndRecords):
     )
     @action(detail=True, methods=["post"])
     def leave(self, request: Request, user_id: str) -> Response:
-        uid = self._user_id()
-        reason = self._reason(request)
-        change = leave_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
-        return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
+        return self._change(request, leave_community_layer)
 
     @extend_schema(
         request=ChangeBodySerializer,
@@ -95,10 +95,7 @@ class CommunityLayerViewSet(ActionPermissions, ChangeFeedAndRecords):
     )
     @action(detail=True, methods=["post"])
     def rejoin(self, request: Request, user_id: str) -> Response:
-        uid = self._user_id()
-        reason = self._reason(request)
-        change = rejoin_community_layer(user_id=uid, actor=request.user, source=ChangeSource.API, reason=reason)
-        return self._answer(LayerStatus(change.membership, corrupt=False, version=change.version))
+        return self._change(request, rejoin_community_layer)
 
     @extend_schema(
         responses=LeaveHistorySerializer(many=True),
