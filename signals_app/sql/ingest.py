@@ -17,6 +17,11 @@ from .common import (
     table_name,
 )
 
+# Only a key the sender used before makes a duplicate (the partial unique index on keyed
+# signals is the one arbiter): any other conflict, an id already taken, say, is an error that
+# rolls the batch back, not a signal silently dropped and counted as a duplicate. It also spares
+# each row a probe of the primary key.
+_SKIP_DUPLICATES = "ON CONFLICT (sender_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 _INSERT_COLUMNS = (
     "sender_id, received_at, fence_at_receipt, processed_at, enqueued_at, "
     "user_id, item_id, kind, weight, occurred_at, idempotency_key, outcome, gated_reason"
@@ -46,7 +51,7 @@ def insert_signals(
                 "FROM unnest(%b::bigint[], %b::bigint[], %b::varchar[], %b::float8[], %b::timestamptz[],"
                 " %b::varchar[], %b::smallint[], %b::smallint[])"
                 " AS u(user_id, item_id, kind, weight, occurred_at, key, outcome, reason) "
-                "ON CONFLICT DO NOTHING RETURNING id, outcome",
+                f"{_SKIP_DUPLICATES} RETURNING id, outcome",
                 [sender_id, received_at, fence, received_at, received_at, *as_columns(rows, 8)],
             )
             return [(r[0], r[1]) for r in cursor.fetchall()]
@@ -69,7 +74,7 @@ def insert_signals(
             )
             cursor.execute(
                 f"INSERT INTO {table} ({_INSERT_COLUMNS}) VALUES {values} "  # noqa: S608
-                "ON CONFLICT DO NOTHING RETURNING id, outcome",
+                f"{_SKIP_DUPLICATES} RETURNING id, outcome",
                 params,
             )
             inserted.extend((r[0], r[1]) for r in cursor.fetchall())

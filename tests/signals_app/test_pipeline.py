@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
@@ -205,6 +205,20 @@ def test_signals_without_a_key_are_never_duplicates(sender) -> None:
     result = signals_ingest(sender=sender, signals=[sig(USER), sig(USER)])
     assert (result.accepted, result.duplicates) == (2, 0)
     assert Signal.objects.filter(idempotency_key__isnull=True).count() == 2
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite draws each new id above the largest one: no collision"
+)
+def test_only_an_idempotency_key_makes_a_duplicate_not_a_colliding_id(sender) -> None:
+    # A row already holding the id the next insert draws (a sequence set back, say, by a
+    # restore): that is an error to surface, with nothing stored, not a "duplicate" to drop.
+    (taken,) = ingest(sender, sig(USER))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s, false)", [Signal._meta.db_table, taken])
+    with pytest.raises(IntegrityError):
+        signals_ingest(sender=sender, signals=[sig(USER, item_id=2), sig(USER, item_id=3, key="k")])
+    assert list(Signal.objects.values_list("id", "item_id")) == [(taken, 1)]
 
 
 def test_ingest_stores_pending_signals_as_given(sender) -> None:

@@ -11,8 +11,9 @@ from .environment import env
 # address once that pair has LOGIN_FAILURE_LIMIT failures within LOGIN_LOCKOUT_MINUTES, until
 # the window has passed since the last failure or an operator unlocks it (the admin's Access
 # attempts, or `manage.py axes_reset_username`). Per pair, so that an attacker elsewhere
-# cannot lock an operator out.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# cannot lock an operator out. Then Django's model backend, reading a user's permissions in
+# one query (accounts.backends).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "accounts.backends.OneQueryModelBackend"]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("LOGIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
