@@ -114,7 +114,7 @@ def signals_process(*, signal_ids: Sequence[int]) -> BatchReport:
             erased=len(erased),
         )
         gated_labels = [reason.label for reason in reasons.values() if reason is not None]
-        age = (now - min(row[2] for row in rows)).total_seconds()
+        age = now.timestamp() - min(row[2] for row in rows)
         transaction.on_commit(partial(_processed, report, gated_labels, time.perf_counter() - started, age))
     return report
 

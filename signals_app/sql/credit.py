@@ -7,7 +7,6 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from django.db import connection
 
@@ -46,7 +45,7 @@ def _credit_sql() -> str:
         return (
             f"{name} AS (SELECT s.id, m.{quoted(members.group_column())} AS target, s.item_id, s.kind, s.weight,"  # noqa: S608
             f" s.occurred_at FROM {signal} s JOIN {table_name(members)} m ON m.user_id = s.user_id"
-            f" WHERE s.id = ANY(%({ids})s::bigint[]))"
+            f" WHERE s.id = ANY(%({ids})b::bigint[]))"
         )
 
     def upsert(name: str, group_class: type[MemberGroup], source: str, after: str) -> str:
@@ -72,7 +71,7 @@ def _credit_sql() -> str:
                 upsert("attributed", Cohort, "to_cohorts", "true"),
                 upsert("forwarded", Community, "to_communities", "(SELECT count(*) FROM attributed) >= 0"),
                 "credits AS (SELECT u.id, u.reason, c.targets AS communities, k.targets AS cohorts"
-                " FROM unnest(%(ids)s::bigint[], %(reasons)s::smallint[]) AS u(id, reason)"
+                " FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason)"
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_communities GROUP BY id)"
                 " c USING (id)"
                 " LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM to_cohorts GROUP BY id)"
@@ -231,26 +230,28 @@ def _mark_outcomes(
         )
 
 
-_PENDING_COLUMNS = ("id", "user_id", "received_at", "fence_at_receipt")
-
-
-def lock_pending(signal_ids: Sequence[int]) -> list[tuple[Any, ...]]:
+def lock_pending(signal_ids: Sequence[int]) -> list[tuple[int, int, float, int | None]]:
     """Lock the still-pending signals among ``signal_ids``, skipping rows another worker holds.
 
-    Rows are (id, user_id, received_at, fence_at_receipt), by id: what the gate needs.
+    Rows are (id, user_id, received_at as seconds since the epoch, fence_at_receipt), by id:
+    what the gate needs, and the receipt time only for the queue-age metric. As a number, not
+    a datetime: Django's loader parses each timestamp in Python, and 500 of them took longer
+    than the rest of the statement (BENCHMARKS.md).
     """
     if on_postgresql():
         with binding_cursor() as cursor:
             cursor.execute(
-                f"SELECT {', '.join(_PENDING_COLUMNS)} FROM {table_name(Signal)} "  # noqa: S608
-                "WHERE id = ANY(%s::bigint[]) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED",
+                "SELECT id, user_id, extract(epoch FROM received_at)::float8, fence_at_receipt "  # noqa: S608
+                f"FROM {table_name(Signal)} WHERE id = ANY(%b::bigint[]) AND outcome = 0"
+                " ORDER BY id FOR UPDATE SKIP LOCKED",
                 [list(signal_ids)],
             )
-            locked: list[tuple[Any, ...]] = cursor.fetchall()
+            locked: list[tuple[int, int, float, int | None]] = cursor.fetchall()
             return locked
-    return list(
+    rows = (
         Signal.objects.select_for_update(skip_locked=True)
         .filter(id__in=signal_ids, outcome=0)
         .order_by("id")
-        .values_list(*_PENDING_COLUMNS)
+        .values_list("id", "user_id", "received_at", "fence_at_receipt")
     )
+    return [(signal_id, user_id, received.timestamp(), fence) for signal_id, user_id, received, fence in rows]

@@ -27,6 +27,7 @@ from signals_app.services.sweep import pending_signals_requeue
 from signals_app.sql import common as sql
 from tests.factories import UserFactory
 from tests.helpers import HOUR, backdate, ingest, join, sig
+from tidalproject import metrics
 
 pytestmark = pytest.mark.django_db
 
@@ -287,6 +288,24 @@ def _process_batch_queries(sender: Any, size: int, first_user: int) -> tuple[int
         report = signals_process(signal_ids=ids)
     assert report.processed == size and report.gated > 0 and report.no_target == 1
     return len(ctx.captured_queries), report.attributed
+
+
+def test_a_batch_reports_the_age_of_its_oldest_signal(sender, django_capture_on_commit_callbacks) -> None:
+    older, newer = ingest(sender, sig(USER), sig(USER + 1))
+    backdate([older], timedelta(minutes=3))
+    backdate([newer], timedelta(minutes=1))
+    before = _observed(metrics.SIGNAL_AGE_SECONDS)
+    with django_capture_on_commit_callbacks(execute=True):
+        signals_process(signal_ids=[older, newer])
+    count, total = (after - was for after, was in zip(_observed(metrics.SIGNAL_AGE_SECONDS), before, strict=True))
+    assert count == 1
+    assert 180 <= total < 190
+
+
+def _observed(histogram: Any) -> tuple[float, float]:
+    """(observations, their sum) of a histogram without labels."""
+    samples = {s.name: s.value for metric in histogram.collect() for s in metric.samples}
+    return samples[f"{histogram._name}_count"], samples[f"{histogram._name}_sum"]
 
 
 def test_processing_queries_do_not_grow_with_batch_size(sender, community, cohort) -> None:
