@@ -59,10 +59,7 @@ class Probe:
 
     STATEMENTS = (
         ("lock pending rows (SELECT … FOR UPDATE SKIP LOCKED)", "FOR UPDATE"),
-        ("memberships (SELECT)", "_cohortmember"),
-        ("memberships (SELECT)", "_communitymember"),
-        ("upsert aggregates (INSERT … ON CONFLICT)", "INSERT INTO"),
-        ("mark outcomes (UPDATE)", "UPDATE"),
+        ("credit and mark (one statement: the membership joins, both upserts, the outcomes)", "ON CONFLICT"),
     )
 
     def __init__(self) -> None:

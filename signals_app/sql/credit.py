@@ -235,8 +235,8 @@ def lock_pending(signal_ids: Sequence[int]) -> list[tuple[int, int, float, int |
 
     Rows are (id, user_id, received_at as seconds since the epoch, fence_at_receipt), by id:
     what the gate needs, and the receipt time only for the queue-age metric. As a number, not
-    a datetime: Django's loader parses each timestamp in Python, and 500 of them took longer
-    than the rest of the statement (BENCHMARKS.md).
+    a datetime: Django's loader parses each timestamp in Python; for 500 rows the statement
+    took 2.9 ms with them as timestamps, 1.0 ms as numbers and 0.5 ms without them.
     """
     if on_postgresql():
         with binding_cursor() as cursor:
