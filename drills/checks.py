@@ -244,7 +244,7 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
         "-c",
         f"from community.tasks import report_leave_cache\nfor _ in range({tasks}): report_leave_cache.delay()",
     )
-    names = [n for n in dep.procs if n.startswith("worker")]
+    names = dep.workers()
     deadline = time.monotonic() + timeout
     found: dict[str, bool] = {}
     while time.monotonic() < deadline and len(found) < len(names):

@@ -2,7 +2,8 @@
 
 PostgreSQL (a database of its own on the running server), Redis (a database number of its
 own), gunicorn with several workers, several Celery worker processes and Celery beat, all
-under the production settings. Everything it starts, it stops; the database is dropped.
+under the production settings, run by a Supervisor (support/processes.py) as systemd runs the
+units. Everything it starts, it stops; the database is dropped.
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ import contextlib
 import os
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import redis
 
 from drills.pooler import PgBouncer
 from support.client import Client
-from support.processes import free_port, wait_until
+from support.processes import Supervisor, free_port, wait_until
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -45,7 +44,7 @@ def unit_command(unit: str, *, instance: str = "") -> list[str]:
     return [PYTHON, "-m", program, *argv[1:]]
 
 
-class Deployment:
+class Deployment(Supervisor):
     def __init__(
         self,
         *,
@@ -64,8 +63,7 @@ class Deployment:
         self.url = f"http://127.0.0.1:{self.port}"
         self.database_url = f"{PG_SERVER}/{name}"
         self.broker_url = f"{REDIS_SERVER}/{broker_db}"
-        self.logs = PROJECT_DIR / "var" / "drills" / name
-        self.env = {
+        env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tidalproject.settings.production",
             "SECRET_KEY": secrets.token_urlsafe(64),
@@ -91,19 +89,13 @@ class Deployment:
             "WEBHOOK_SWEEP_EVERY_SECONDS": "2",
             "PYTHONPATH": str(PROJECT_DIR),
         }
+        super().__init__(env=env, cwd=PROJECT_DIR, logs=PROJECT_DIR / "var" / "drills" / name)
         # With ``pooled``, web and workers reach PostgreSQL through a PgBouncer in transaction
         # mode (drills.pooler); the drills' own checks still read the database directly.
         self.pooler: PgBouncer | None = PgBouncer() if pooled else None
         if self.pooler is not None:
             self.env["DATABASE_URL"] = self.pooler.url(name)
             self.env["DATABASE_DISABLE_SERVER_SIDE_CURSORS"] = "true"
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.argv: dict[str, list[str]] = {}
-        self.log_offsets: dict[str, int] = {}
-        # Like the units' Restart=always: a process that exits on its own is started again.
-        self.restarts: dict[str, int] = {}
-        self._supervising = threading.Event()
-        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
         self.token = ""
 
     # --- life cycle -----------------------------------------------------------------------
@@ -134,23 +126,10 @@ class Deployment:
             self.start_worker(index)
         self.start_beat()
         self.wait_until_up()
-        self._supervising.set()
-        self._supervisor.start()
-
-    def _supervise(self) -> None:
-        while self._supervising.is_set():
-            for name, proc in list(self.procs.items()):
-                if proc.poll() is not None and self.procs.get(name) is proc and self._supervising.is_set():
-                    self.restarts[name] = self.restarts.get(name, 0) + 1
-                    self._spawn(name, self.argv[name])
-            time.sleep(0.5)
+        self.watch()
 
     def stop(self) -> None:
-        self._supervising.clear()
-        if self._supervisor.is_alive():
-            self._supervisor.join(5)
-        for name in list(self.procs):
-            self.stop_process(name)
+        self.stop_all()
         if self.pooler is not None:
             self.pooler.__exit__()
         with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
@@ -169,47 +148,17 @@ class Deployment:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
         return done.stdout
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        path = self.logs / f"{name}.log"
-        self.log_offsets[name] = path.stat().st_size if path.exists() else 0
-        log = path.open("ab")
-        self.argv[name] = argv
-        self.procs[name] = subprocess.Popen(
-            argv, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
     def start_web(self) -> None:
         self.env["BIND"] = f"127.0.0.1:{self.port}"
         self.env["WEB_CONCURRENCY"] = str(self.web_workers)
-        self._spawn("web", unit_command("tidal-web.service"))
+        self.run("web", unit_command("tidal-web.service"))
 
     def start_worker(self, index: int) -> None:
-        self._spawn(f"worker{index}", unit_command("tidal-worker@.service", instance=str(index)))
+        self.run(f"worker{index}", unit_command("tidal-worker@.service", instance=str(index)))
 
     def start_beat(self) -> None:
         schedule = f"--schedule={self.logs / 'celerybeat-schedule'}"
-        self._spawn(
-            "beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")]
-        )
-
-    def log_since_start(self, name: str) -> str:
-        """What the process ``name`` logged since it was last started."""
-        with (self.logs / f"{name}.log").open("rb") as log:
-            log.seek(self.log_offsets.get(name, 0))
-            return log.read().decode(errors="replace")
-
-    def kill(self, name: str) -> None:
-        """kill -9 the process ``name`` (its whole group); it stays down until started again."""
-        proc = self.procs.pop(name)  # first, so that the supervisor does not start it again
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def pause(self, name: str) -> None:
-        """SIGSTOP the process ``name`` (its whole group): it keeps its state, takes no work."""
-        os.killpg(self.procs[name].pid, signal.SIGSTOP)
-
-    def resume(self, name: str) -> None:
-        os.killpg(self.procs[name].pid, signal.SIGCONT)
+        self.run("beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")])
 
     def crash(self, name: str, *, down: float = 0.5) -> None:
         """kill -9 the worker ``name`` (parent and children), and start it again ``down`` seconds later."""
@@ -231,7 +180,7 @@ class Deployment:
         return int(self.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0])
 
     def workers(self) -> list[str]:
-        return [name for name in self.procs if name.startswith("worker")]
+        return [name for name in self.children if name.startswith("worker")]
 
     def verify_stop_forward(self) -> tuple[bool, str]:
         """``manage.py verify_stop_forward`` on the deployment's data: (passed, what it said)."""
@@ -240,18 +189,6 @@ class Deployment:
         said = (done.stdout.strip().splitlines() or [""])[-1]
         named = [line for line in done.stderr.splitlines() if line.startswith("counterexample")]
         return done.returncode == 0, "; ".join([said, *named[:5]])
-
-    def stop_process(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=timeout)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
 
     def wait_until_up(self, timeout: float = 60) -> None:
         client = Client(self.url, "")

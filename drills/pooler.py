@@ -11,12 +11,10 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from support.processes import free_port
+from support.processes import Child, free_port, wait_until
 
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
@@ -28,7 +26,7 @@ class PgBouncer:
         self.server_host, self.server_port, self.pool_size = server_host, server_port, pool_size
         self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-"))
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
 
     def url(self, database: str) -> str:
         return f"postgres://127.0.0.1:{self.port}/{database}"
@@ -49,8 +47,6 @@ pool_mode = transaction
 default_pool_size = {self.pool_size}
 max_client_conn = 1000
 ignore_startup_parameters = extra_float_digits,options
-logfile = {self.folder / "pgbouncer.log"}
-pidfile = {self.folder / "pgbouncer.pid"}
 """)
         self.folder.chmod(0o777)
         for path in self.folder.iterdir():
@@ -58,23 +54,20 @@ pidfile = {self.folder / "pgbouncer.pid"}
         argv = [PGBOUNCER, str(self.folder / "pgbouncer.ini")]
         if os.geteuid() == 0:
             argv[1:1] = ["-u", "postgres"]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        log = (self.folder / "pgbouncer.log").read_text() if (self.folder / "pgbouncer.log").exists() else ""
-        self.__exit__()
-        raise RuntimeError(f"pgbouncer did not start on port {self.port}:\n{log[-2000:]}")
+        self.child = child = Child("pgbouncer", argv, env=dict(os.environ), cwd=self.folder)
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: self._answers() or not child.running, timeout=15, what="pgbouncer")
+        if not self._answers():
+            self.__exit__()
+            raise RuntimeError(f"pgbouncer did not start on port {self.port}:\n{child.tail()}")
+        return self
+
+    def _answers(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            return True
+        return False
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(10)
-            if self.proc.poll() is None:
-                self.proc.kill()
+        if self.child is not None:
+            self.child.stop(timeout=10)
         shutil.rmtree(self.folder, ignore_errors=True)
