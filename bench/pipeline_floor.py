@@ -30,6 +30,8 @@ COHORT_AGGREGATE_TABLE = "signals_app_cohortaggregate"
 COMMUNITY_MEMBER_TABLE = "community_communitymember"
 COHORT_MEMBER_TABLE = "community_cohortmember"
 LEAVE_TABLE = "community_communityleave"
+COMMUNITY_TABLE = "community_community"
+COHORT_TABLE = "community_cohort"
 
 ATTRIBUTED, GATED, NO_TARGET = 1, 2, 3
 LEFT_AT_PROCESSING = 3  # GatedReason.LEFT_AT_PROCESSING
@@ -159,10 +161,17 @@ def set_credit_sql(prefix: str) -> str:
     signal, members = f"{prefix}{SIGNAL_TABLE}", (f"{prefix}{COMMUNITY_MEMBER_TABLE}", f"{prefix}{COHORT_MEMBER_TABLE}")
     aggregates = (f"{prefix}{COMMUNITY_AGGREGATE_TABLE}", f"{prefix}{COHORT_AGGREGATE_TABLE}")
     hour = "date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+    # The groups credited locked FOR KEY SHARE, once each, as the product's statement does (the
+    # aggregates have no foreign key to them); the groups' tables are never copied.
     joined = [
-        f"{name} AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at FROM {signal} s"
-        f" JOIN {table} m ON m.user_id = s.user_id WHERE s.id = ANY(%(passed)b))"
-        for name, table, target in (("c", members[0], "community_id"), ("k", members[1], "cohort_id"))
+        f"{name}_all AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at"
+        f" FROM {signal} s JOIN {table} m ON m.user_id = s.user_id WHERE s.id = ANY(%(passed)b)),"
+        f" {name}_groups AS (SELECT id FROM {groups} WHERE id IN (SELECT target FROM {name}_all) ORDER BY id"
+        f" FOR KEY SHARE), {name} AS (SELECT * FROM {name}_all WHERE target IN (SELECT id FROM {name}_groups))"
+        for name, table, target, groups in (
+            ("c", members[0], "community_id", COMMUNITY_TABLE),
+            ("k", members[1], "cohort_id", COHORT_TABLE),
+        )
     ]
     upserts = [
         f"{name} AS (INSERT INTO {table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"

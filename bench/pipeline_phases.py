@@ -28,7 +28,7 @@ from bench.pipeline_worker import Worker, WorkerRun
 from bench.report import Results, ms, ratio, us
 from community.cache import leave_cache, leave_gate
 from community.cache.gate import LeaveGate
-from community.models import ChangeSource, CommunityLeave, LeaveClock
+from community.models import ChangeSource, Cohort, Community, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
 from signals_app.services.processing import signals_process
@@ -90,6 +90,10 @@ class PipelineBench(Ingest, Worker, Results):
         for name in ("SIGNAL", "COMMUNITY_AGGREGATE", "COHORT_AGGREGATE", "COMMUNITY_MEMBER", "COHORT_MEMBER"):
             assert getattr(pipeline_floor, f"{name}_TABLE") == getattr(pipeline_data, f"{name}_TABLE"), name
         assert CommunityLeave._meta.db_table == pipeline_floor.LEAVE_TABLE
+        assert (Community._meta.db_table, Cohort._meta.db_table) == (
+            pipeline_floor.COMMUNITY_TABLE,
+            pipeline_floor.COHORT_TABLE,
+        )
         floor_outcomes = (pipeline_floor.ATTRIBUTED, pipeline_floor.GATED, pipeline_floor.NO_TARGET)
         assert floor_outcomes == (Outcome.ATTRIBUTED, Outcome.GATED, Outcome.NO_TARGET)
 

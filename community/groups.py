@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast, overload
 
 from django.apps import apps
 from django.core.validators import RegexValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 _M = TypeVar("_M", bound=models.Model)
@@ -37,12 +37,29 @@ slug_validator = RegexValidator(
 )
 
 
+class GroupQuerySet(models.QuerySet[Any]):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete the groups, their members and their aggregates, the groups' rows locked first.
+
+        The aggregate tables have no foreign key constraint to their group (signals_app.models):
+        a batch locks each group it credits FOR KEY SHARE instead. FOR UPDATE here, in id order
+        as the batches lock them, waits for every batch crediting these groups to commit, so
+        the rows they wrote are deleted with the others; a batch that comes after finds the
+        groups gone and credits nothing to them. No aggregate row outlives its group.
+        """
+        with transaction.atomic(using=self.db):
+            list(self.order_by("pk").select_for_update().values_list("pk", flat=True))
+            return super().delete()
+
+
 class MemberGroup(models.Model):
     """What communities and cohorts share: a slug, a name, members by user id."""
 
     slug = models.CharField(max_length=64, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = GroupQuerySet.as_manager()
 
     # Declared by each group class: its members (user <-> group) and its hourly aggregates.
     members_model: ClassVar[Paired[GroupMember]]
@@ -54,6 +71,12 @@ class MemberGroup(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+        """As ``GroupQuerySet.delete``: the group's row locked first."""
+        with transaction.atomic(using=using):
+            list(type(self)._default_manager.using(using).filter(pk=self.pk).select_for_update().values_list("pk"))
+            return super().delete(using=using, keep_parents=keep_parents)
 
 
 class _ByGroup(models.Model):

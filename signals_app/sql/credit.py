@@ -37,15 +37,24 @@ def _credit_sql() -> str:
     first), so rows are locked table by table in a fixed order: cohorts, communities, then
     the signals (as an erasure does, signals_app.erasure), and, within a table, in key order.
     Two workers, or a worker and an erasure, cannot deadlock each other.
+
+    The groups credited are locked FOR KEY SHARE first, once each, in id order: the aggregate
+    tables have no foreign key to their group (a check per new row at commit cost the pipeline
+    a tenth of its time each, BENCHMARKS.md). A group being deleted holds its row FOR UPDATE
+    (community.groups): the batch waits for it, then finds it gone and credits nothing to it,
+    or the deletion waits for the batch and deletes the rows it wrote with the others.
     """
     signal = table_name(Signal)
 
     def credited(name: str, group_class: type[MemberGroup], ids: str) -> str:
         members = group_class.members_model
         return (
-            f"{name} AS (SELECT s.id, m.{quoted(members.group_column())} AS target, s.item_id, s.kind, s.weight,"  # noqa: S608
+            f"{name}_all AS (SELECT s.id, m.{quoted(members.group_column())} AS target, s.item_id, s.kind, s.weight,"  # noqa: S608
             f" s.occurred_at FROM {signal} s JOIN {table_name(members)} m ON m.user_id = s.user_id"
-            f" WHERE s.id = ANY(%({ids})b::bigint[]))"
+            f" WHERE s.id = ANY(%({ids})b::bigint[])), "
+            f"{name}_groups AS (SELECT id FROM {table_name(group_class)} WHERE id IN (SELECT target FROM {name}_all)"
+            " ORDER BY id FOR KEY SHARE), "
+            f"{name} AS (SELECT * FROM {name}_all WHERE target IN (SELECT id FROM {name}_groups))"
         )
 
     def upsert(name: str, group_class: type[MemberGroup], source: str, after: str) -> str:
