@@ -48,8 +48,13 @@ class GroupQuerySet(models.QuerySet[Any]):
         groups gone and credits nothing to them. No aggregate row outlives its group.
         """
         with transaction.atomic(using=self.db):
-            list(self.order_by("pk").select_for_update().values_list("pk", flat=True))
+            self.lock_for_deletion()
             return super().delete()
+
+    def lock_for_deletion(self) -> None:
+        """Hold these groups' rows FOR UPDATE, in id order as the batches lock them, until the
+        transaction ends (call it inside one)."""
+        list(self.order_by("pk").select_for_update().values_list("pk", flat=True))
 
 
 class MemberGroup(models.Model):
@@ -75,7 +80,7 @@ class MemberGroup(models.Model):
     def delete(self, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
         """As ``GroupQuerySet.delete``: the group's row locked first."""
         with transaction.atomic(using=using):
-            list(type(self)._default_manager.using(using).filter(pk=self.pk).select_for_update().values_list("pk"))
+            type(self).objects.using(using).filter(pk=self.pk).lock_for_deletion()
             return super().delete(using=using, keep_parents=keep_parents)
 
 
