@@ -12,11 +12,14 @@ import os
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.core.management import call_command
+from django.db import connections, transaction
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -25,6 +28,7 @@ from community.models import Cohort, Community, CommunityLeave, LeaveClock, Leav
 from community.services.groups import group_members_add
 from signals_app.models import Signal
 from signals_app.services.ingest import signals_ingest
+from signals_app.services.processing import signals_process
 from signals_app.validation import SignalIn
 from tests.factories import PASSWORD
 
@@ -108,6 +112,39 @@ def backdate(ids: list[int], by: timedelta) -> None:
     """Make signals look received (and their tasks sent) ``by`` ago."""
     moment = timezone.now() - by
     Signal.objects.filter(pk__in=ids).update(received_at=moment, enqueued_at=moment)
+
+
+# --- two connections at once (PostgreSQL's row locks) -------------------------------------------
+
+
+def in_thread(work: Callable[[], Any]) -> threading.Thread:
+    """Start ``work`` on a thread of its own: its own database connection, closed when it ends."""
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def batch_held_open(signal_ids: list[int]) -> tuple[threading.Thread, threading.Event]:
+    """Process ``signal_ids`` on another connection and keep its transaction open, every lock it
+    took held, until the returned event is set; returns once the batch is processed."""
+    processed, release = threading.Event(), threading.Event()
+
+    def batch() -> None:
+        with transaction.atomic():
+            signals_process(signal_ids=signal_ids)
+            processed.set()
+            release.wait(30)
+
+    thread = in_thread(batch)
+    assert processed.wait(30), "the batch did not get processed"
+    return thread, release
 
 
 # --- commands -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import connection
 
 from community.cache import leave_cache, leave_gate
 from community.models import ChangeAction, LeaveClock, LeaveHistory
@@ -23,7 +23,7 @@ from signals_app.services.ingest import _drop_if_erased_meanwhile, signals_inges
 from signals_app.services.processing import signals_process
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
-from tests.helpers import HOUR, ingest, join, sig
+from tests.helpers import HOUR, batch_held_open, in_thread, ingest, join, sig
 
 pytestmark = pytest.mark.django_db
 
@@ -260,29 +260,9 @@ def test_a_batch_in_flight_commits_first_and_is_subtracted(sender, community, co
     join(GONE, community, cohort)
     join(STAYS, community)
     ids = ingest(sender, sig(GONE, weight=2.0), sig(GONE, item_id=2), sig(STAYS, weight=5.0))
-    batch_locked, release = threading.Event(), threading.Event()
     erased: list[Any] = []
-
-    def batch() -> None:
-        try:
-            with transaction.atomic():
-                signals_process(signal_ids=ids)  # holds the rows, attributed, until commit
-                batch_locked.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    def erase() -> None:
-        try:
-            erased.append(user_erase(user_id=GONE))
-        finally:
-            connections.close_all()
-
-    worker = threading.Thread(target=batch)
-    worker.start()
-    assert batch_locked.wait(30)
-    eraser = threading.Thread(target=erase)
-    eraser.start()
+    worker, release = batch_held_open(ids)  # holds the rows, attributed, until commit
+    eraser = in_thread(lambda: erased.append(user_erase(user_id=GONE)))
     eraser.join(1.0)
     assert eraser.is_alive(), "the erasure must wait for the batch that holds the user's signals"
     release.set()
@@ -322,15 +302,7 @@ def test_a_signal_the_erasure_could_not_see_and_a_batch_attributed_is_taken_back
 
     monkeypatch.setattr(erasure, "take_back_signals", paused_after_the_read)
     erased: list[Any] = []
-
-    def erase() -> None:
-        try:
-            erased.append(user_erase(user_id=GONE))
-        finally:
-            connections.close_all()
-
-    eraser = threading.Thread(target=erase)
-    eraser.start()
+    eraser = in_thread(lambda: erased.append(user_erase(user_id=GONE)))
     assert read.wait(30)
     [straggler] = ingest(sender, sig(GONE, weight=4.0))  # committed; the erasure cannot see it
     assert signals_process(signal_ids=[straggler]).attributed == 1  # its fence: before the erasure

@@ -8,17 +8,15 @@ delete. Two connections, so PostgreSQL only (SQLite has one writer at a time: no
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from community.models import Community
 from signals_app.models import CohortAggregate, CommunityAggregate, Outcome, Signal
 from signals_app.services.processing import signals_process
 from signals_app.verification import verify_stop_forward
-from tests.helpers import ingest, join, sig
+from tests.helpers import batch_held_open, in_thread, ingest, join, sig
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -26,18 +24,6 @@ pytestmark = [
 ]
 
 USER = 41
-
-
-def in_thread(work: Callable[[], Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def delete(group: Community) -> None:
@@ -49,16 +35,7 @@ def test_a_deletion_waits_for_the_batch_crediting_the_group_and_takes_its_rows(
 ) -> None:
     join(USER, community, community2, cohort)
     ids = ingest(sender, sig(USER), sig(USER, item_id=2))
-    credited, release = threading.Event(), threading.Event()
-
-    def batch() -> None:
-        with transaction.atomic():
-            signals_process(signal_ids=ids)  # the groups locked, the aggregates written
-            credited.set()
-            release.wait(30)
-
-    worker = in_thread(batch)
-    assert credited.wait(30)
+    worker, release = batch_held_open(ids)  # the groups locked, the aggregates written
     deleter = in_thread(lambda: delete(community))
     deleter.join(1.0)
     assert deleter.is_alive(), "the deletion must wait for the batch that credits the group"
@@ -103,16 +80,7 @@ def test_a_batch_after_a_deletion_credits_nothing_to_the_deleted_group(sender, c
 def test_the_admins_delete_of_one_group_locks_it_too(sender, community) -> None:
     join(USER, community)
     ids = ingest(sender, sig(USER))
-    credited, release = threading.Event(), threading.Event()
-
-    def batch() -> None:
-        with transaction.atomic():
-            signals_process(signal_ids=ids)
-            credited.set()
-            release.wait(30)
-
-    worker = in_thread(batch)
-    assert credited.wait(30)
+    worker, release = batch_held_open(ids)
     deleter = in_thread(lambda: Community.objects.get(pk=community.pk).delete())  # Model.delete, as the admin's
     deleter.join(1.0)
     assert deleter.is_alive()
