@@ -117,6 +117,14 @@ def test_a_bad_signal_is_named_by_index_and_field_and_nothing_is_stored(poster, 
     assert Signal.objects.count() == 0
 
 
+@pytest.mark.parametrize("user_id", [2**63, 2**64, 10**30])
+def test_an_id_too_large_is_named_as_too_large_whatever_its_size(poster, user_id: int) -> None:
+    # orjson, which reads the bodies, would read ids past 64 bits as floats: "not an integer".
+    r = poster.post(SIGNALS, {"signals": [{**OK, "user_id": user_id}]}, format="json")
+    assert r.status_code == 400
+    assert r.json()["signals"]["0"] == {"user_id": ["Must be at most 9223372036854775807 (2**63-1)."]}
+
+
 def test_a_future_signal_beyond_the_clock_skew_is_400(poster, settings) -> None:
     from django.utils import timezone
 
