@@ -1,4 +1,5 @@
-"""The model backend's permissions, own and through groups, read in one query: Django's answers."""
+"""The model backend's permissions, own and through groups, read in one query: Django's answers;
+whether an account is a service account, read once a request."""
 
 from __future__ import annotations
 
@@ -67,3 +68,15 @@ def test_superusers_have_every_permission_inactive_and_anonymous_accounts_none(u
 
 def test_a_user_without_permissions_has_none(db) -> None:
     assert OneQueryModelBackend().get_all_permissions(UserFactory()) == set()
+
+
+def test_a_service_account_is_known_as_one_with_one_query_a_request(db) -> None:
+    from tests.factories import service_account
+    from tidalproject.roles import is_service_account
+
+    for account, expected in ((fresh(service_account()), True), (fresh(UserFactory()), False)):
+        with CaptureQueriesContext(connection) as queries:
+            assert is_service_account(account) is expected  # the throttle asks,
+            assert is_service_account(account) is expected  # then the ingest's key rule
+        assert len(queries) == 1
+    assert is_service_account(AnonymousUser()) is False
