@@ -47,7 +47,8 @@ class Options:
     profile_batches: int  # timed signals_process batches for budget 2
     cprofile_batches: int  # further batches run under cProfile (and counting the gate calls)
     lookup_rounds: int
-    ingest_seconds: float
+    ingest_seconds: float  # counted, in all, on each side
+    ingest_slices: int  # turns the floor and the API take, ingest_seconds / ingest_slices each
     ingest_warmup: float
     ingest_clients: int
     ingest_workers: int
