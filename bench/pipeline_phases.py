@@ -103,6 +103,7 @@ class PipelineBench(Ingest, Worker, Results):
     def throughput(self, want: Expected) -> None:
         count = len(self.data.signals)
         floors: list[float] = []
+        bares: list[float] = []
         loops: list[float] = []
         runs: list[WorkerRun] = []
         floor_phases: Counter[str] = Counter()
@@ -119,6 +120,8 @@ class PipelineBench(Ingest, Worker, Results):
             floors.append(result["processed"] / result["seconds"])
             floor_phases.update(result["phases"])
             floor_written = self.check_written(f"set-based floor, round {round_number}", want)
+            # Budget 1b's pair, right after: this machine's speed drifts by tens of percent within minutes.
+            bares.append(self.bare_floor())
 
             progress(f"round {round_number}/{self.options.rounds}: one Celery worker, {count:,} pending signals")
             pipeline_data.load_pending(self.conn, self.data)
@@ -148,12 +151,12 @@ class PipelineBench(Ingest, Worker, Results):
         )
         loop = statistics.median(loops)
         self.note("1. the Python-loop floor (per-signal increments in Python, then upserts)", rate(loop))
-        bare = self.bare_floor()
+        bare = statistics.median(bares)
         if self.options.extras:
             self.extras_cost(bare)
         self.at_least(
             "1b. the set-based floor on the project's tables (foreign keys, indexes) vs on bare copies of them"
-            " (primary keys, the upserts' unique keys and the members' user_id index only), same data",
+            f" (primary keys, the upserts' unique keys and the members' user_id index only), same data ({rounds})",
             rate(floor),
             f"{rate(bare)} (bare tables)",
             floor / bare,
@@ -161,6 +164,8 @@ class PipelineBench(Ingest, Worker, Results):
         )
         self.note("1. worker throughput of each round", shown)
         self.note("1. floor throughput of each round", ", ".join(rate(value) for value in floors))
+        by_round = ", ".join(f"{rate(b)} ({f / b:.2f}x)" for f, b in zip(floors, bares, strict=True))
+        self.note("1b. bare-tables floor of each round (the round's floor against it)", by_round)
         steady_line = "1. worker throughput from its first batch to its last (boot excluded)"
         self.note(steady_line, rate(steady), rate(floor), ratio(steady / floor))
         boot = statistics.median(run.boot for run in runs)
