@@ -86,7 +86,6 @@ def main(argv: list[str]) -> int:
                 rounds=args.rounds,
                 profile_batches=30 if args.quick else 100,
                 cprofile_batches=5 if args.quick else 20,
-                lookup_rounds=7 if args.quick else 31,
                 ingest_seconds=args.ingest_seconds,
                 ingest_slices=args.ingest_slices,
                 ingest_warmup=2.0 if args.quick else 3.0,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import cProfile
 import math
-import pstats
 import statistics
 import sys
 from collections import Counter
@@ -19,7 +18,7 @@ import psycopg
 import redis
 from django.conf import settings
 
-from bench import pipeline_data, pipeline_floor, tools
+from bench import pipeline_data, pipeline_floor
 from bench.common import PROJECT_DIR, json_answer, progress
 from bench.pipeline_data import Dataset, Expected, Written
 from bench.pipeline_ingest import Ingest, rate
@@ -27,7 +26,6 @@ from bench.pipeline_probe import Probe, top_functions
 from bench.pipeline_worker import Worker, WorkerRun
 from bench.report import Results, ms, ratio, us
 from community.cache import leave_cache, leave_gate
-from community.cache.gate import LeaveGate
 from community.models import ChangeSource, Cohort, Community, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer
 from signals_app.models import Outcome
@@ -45,8 +43,7 @@ WHILE_QUEUED_CHANGES = 100
 class Options:
     rounds: int  # floor/product pairs for budget 1, alternated
     profile_batches: int  # timed signals_process batches for budget 2
-    cprofile_batches: int  # further batches run under cProfile (and counting the gate calls)
-    lookup_rounds: int
+    cprofile_batches: int  # further batches run under cProfile (the report's profile)
     ingest_seconds: float  # counted, in all, on each side
     ingest_slices: int  # turns the floor and the API take, ingest_seconds / ingest_slices each
     ingest_warmup: float
@@ -262,56 +259,39 @@ class PipelineBench(Ingest, Worker, Results):
                 probe.batch(ids)
         self.check(probe.processed == timed * size, f"the timed batches processed {timed * size:,} signals")
 
+        self.check(probe.steps > 0, "signals_process ran the two gated steps (timed by the probe)")
         profiler = cProfile.Profile()
         profiler.enable()
         for ids in batches[timed + 1 : timed + 1 + opts.cprofile_batches]:
             signals_process(signal_ids=ids)
         profiler.disable()
-        # Counted, not assumed (2 today: one in each gated step): the profiler's count of the calls.
-        stats = pstats.Stats(profiler).stats
-        is_left = (LeaveGate.is_left.__code__.co_filename, "is_left")
-        calls = sum(row[1] for (path, _, name), row in stats.items() if (path, name) == is_left)
-        profiled = opts.cprofile_batches * size
-        calls_per_signal = calls / profiled if profiled else 2.0
-        self.check(calls > 0, "signals_process calls gate.is_left (counted by the profiler)")
         self.profile_text = top_functions(profiler, 18)
 
-        # The look-up's own cost, on the very user ids of the timed batches, through the real gate.
-        gate = leave_gate()
-        user_ids = [row[1] for row in self.data.signals[size : (timed + 1) * size]]
-        lookups = tools.statement_rounds(
-            {"loop": "for user_id in ids: pass", "gate": "for user_id in ids: gate.is_left(user_id, since=fence)"},
-            {"ids": user_ids, "gate": gate, "fence": fence},
-            opts.lookup_rounds,
-        )
-        per_call = (lookups["gate"].median - lookups["loop"].median) / len(user_ids)
-
         total = probe.total
-        lookup_time = per_call * calls_per_signal * probe.processed
-        share = (probe.gate + lookup_time) / total
+        share = (probe.gate + probe.steps) / total
         per_batch = total / timed
         self.share_below(
-            f"2. gate() (fence) + is_left look-ups, share of signals_process time, {timed} batches of {size}",
-            f"{percent(share)} ({us((probe.gate + lookup_time) / timed)} of {ms(per_batch)} a batch)",
+            f"2. gate() (fence) + the two gated steps, share of signals_process time, {timed} batches of {size}",
+            f"{percent(share)} ({us((probe.gate + probe.steps) / timed)} of {ms(per_batch)} a batch)",
             share,
             GATE_SHARE_BUDGET,
         )
-        with_queued = (probe.gate + probe.preload + lookup_time) / total
+        with_queued = (probe.gate + probe.preload + probe.steps) / total
         self.share_below(
             f"2b. the same with the while-queued check ({WHILE_QUEUED_CHANGES} changes in every signal's"
             " window) and the evidence written",
-            f"{percent(with_queued)} ({us((probe.gate + probe.preload + lookup_time) / timed)} a batch)",
+            f"{percent(with_queued)} ({us((probe.gate + probe.preload + probe.steps) / timed)} a batch)",
             with_queued,
             WHILE_QUEUED_SHARE_BUDGET,
         )
         gate_line = "2. gate() per batch: the fence (one clock read), nothing changed"
         self.note(gate_line, us(probe.gate / timed), "", percent(probe.gate / total))
         self.note(
-            f"2. is_left per call (timeit, median of {opts.lookup_rounds}, net of the loop) "
-            f"x {calls_per_signal:g} calls a signal",
-            f"{per_call * 1e9:,.1f} ns; {us(lookup_time / timed)} a batch",
+            "2. the two gated steps per batch (each: the batch's users against the bitmap at once, then a set"
+            " look-up a signal)",
+            us(probe.steps / timed),
             "",
-            percent(lookup_time / total),
+            percent(probe.steps / total),
         )
         in_process = probe.processed / total
         self.note("2. signals_process in this process, no Celery (time inside signals_process only)", rate(in_process))

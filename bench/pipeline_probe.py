@@ -22,6 +22,7 @@ from django.db import connections
 
 from community.cache import leave_cache
 from community.cache.gate import LeaveGate
+from signals_app.services import processing
 from signals_app.services.processing import signals_process
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -65,6 +66,7 @@ class Probe:
     def __init__(self) -> None:
         self.total = 0.0
         self.gate = 0.0
+        self.steps = 0.0  # the seed's two gated steps (the gate applied to the batch's users)
         self.preload = 0.0  # the while-queued check's history read, where memory does not cover it
         self.commit = 0.0
         self.sql: Counter[str] = Counter()
@@ -98,6 +100,8 @@ class Probe:
             (leave_cache, "sync", "gate"),
             (db, "_commit", "commit"),
             (LeaveGate, "preload", "preload"),
+            (processing, "try_cohort_attribution", "steps"),
+            (processing, "try_community_forwarding", "steps"),
         ]
         originals = [(owner, name, owner.__dict__.get(name)) for owner, name, _ in wrapped]
         for owner, name, total in wrapped:
@@ -140,8 +144,9 @@ class Probe:
         phases = {
             "gate() (the fence read, one query)": self.gate,
             "gate.preload() (the while-queued check: nothing to read when the feed covers it)": self.preload,
+            "the two gated steps (the gate applied to the batch's users)": self.steps,
         }
         phases |= {each(name): seconds for name, seconds in self.sql.items()}
         phases["COMMIT"] = self.commit
-        phases["Python (the rest: ORM, the two gated steps, building the rows)"] = self.total - sum(phases.values())
+        phases["Python (the rest: ORM, building the rows)"] = self.total - sum(phases.values())
         return phases

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..membership import MembershipStatus
@@ -45,6 +46,29 @@ class LeaveGate:
         if since is None or since >= self.version:
             return False
         return self._left_after(user_id, since)
+
+    def left_among(self, user_ids: Sequence[int], since: Sequence[int]) -> list[bool]:
+        """``is_left(user_ids[i], since=since[i])`` for each signal of a batch, without a call
+        a signal: the while-queued check runs only for the users with a change in memory
+        after their receipt (or none loaded, which fails closed as ``is_left`` does)."""
+        cache = self._cache
+        gated, version, log_from = cache._gated, self.version, cache._log_from
+        # The batch's users with a left change in the feed log or the loaded history.
+        users = set(user_ids)
+        suspects = users.intersection(cache._left_log)
+        if self._history:
+            suspects |= users.intersection(self._history)
+        if not suspects and (not since or min(since) >= log_from):
+            return [user_id in gated for user_id in user_ids]
+        return [
+            user_id in gated
+            or (
+                since_version < version
+                and (user_id in suspects or since_version < log_from)
+                and self._left_after(user_id, since_version)
+            )
+            for user_id, since_version in zip(user_ids, since, strict=True)
+        ]
 
     def _left_after(self, user_id: int, since: int) -> bool:
         history = self._history.get(user_id)

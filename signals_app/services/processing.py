@@ -8,7 +8,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from functools import partial
-from typing import NamedTuple
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
@@ -41,25 +40,37 @@ class BatchReport:
         return BatchReport(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
-class Queued(NamedTuple):
-    """A locked pending signal, as the gate sees it."""
+@dataclass(frozen=True)
+class Queued:
+    """The locked pending signals of a batch, as the gate sees them: columns, by id."""
 
-    id: int
-    user_id: int
-    since: int  # its receipt fence (the processing fence for signals stored before fences)
+    ids: list[int]
+    user_ids: list[int]
+    since: list[int]  # each one's receipt fence (the processing fence for signals stored before fences)
+
+    @classmethod
+    def locked(cls, rows: Sequence[tuple[int, int, float, int | None]], fence: int) -> Queued:
+        ids, user_ids, _, since = zip(*rows, strict=True) if rows else ((), (), (), ())
+        return cls(list(ids), list(user_ids), [fence if version is None else version for version in since])
 
 
-def try_cohort_attribution(gate: LeaveGate, batch: Sequence[Queued]) -> list[int]:
+def try_cohort_attribution(gate: LeaveGate, batch: Queued) -> list[int]:
     """The seed's step, for a whole batch: the gate at its top, then the signals whose users
     were active all along (at every fence version from receipt to now), to be credited to
     every cohort of their user by ``credit_and_mark`` in one set-based statement."""
-    return [signal.id for signal in batch if not gate.is_left(signal.user_id, since=signal.since)]
+    return _passing(gate, batch)
 
 
-def try_community_forwarding(gate: LeaveGate, batch: Sequence[Queued]) -> list[int]:
+def try_community_forwarding(gate: LeaveGate, batch: Queued) -> list[int]:
     """The seed's step, for a whole batch: the gate at its top, then the signals to forward
     to every community of their user (``credit_and_mark``)."""
-    return [signal.id for signal in batch if not gate.is_left(signal.user_id, since=signal.since)]
+    return _passing(gate, batch)
+
+
+def _passing(gate: LeaveGate, batch: Queued) -> list[int]:
+    """The ids of the signals whose users the gate lets through, the batch's users gated at once."""
+    left = gate.left_among(batch.user_ids, batch.since)
+    return [signal_id for signal_id, gated in zip(batch.ids, left, strict=True) if not gated]
 
 
 def _gated_reason(gate: LeaveGate, user_id: int) -> GatedReason:
@@ -86,20 +97,23 @@ def signals_process(*, signal_ids: Sequence[int]) -> BatchReport:
             return BatchReport()
         gate = leave_gate()
         fence = gate.version
-        batch = [Queued(signal_id, user_id, fence if since is None else since) for signal_id, user_id, _, since in rows]
+        batch = Queued.locked(rows, fence)
         earliest: dict[int, int] = {}
-        for signal in batch:
-            earliest[signal.user_id] = min(signal.since, earliest.get(signal.user_id, signal.since))
+        for user_id, since in zip(batch.user_ids, batch.since, strict=True):
+            earliest[user_id] = min(since, earliest.get(user_id, since))
         gate.preload(earliest)
         to_cohorts = try_cohort_attribution(gate, batch)
         to_communities = try_community_forwarding(gate, batch)
         passed = set(to_cohorts) | set(to_communities)
+        signals = list(zip(batch.ids, batch.user_ids, strict=True))
         # Received before an erasure of its user (afterwards they are suppressed at ingest),
         # never credited: deleted, nothing to subtract.
-        erased = [s.id for s in batch if s.id not in passed and gate.is_erased(s.user_id)]
+        erased = [signal_id for signal_id, user_id in signals if signal_id not in passed and gate.is_erased(user_id)]
         dropped = set(erased)
         reasons = {
-            s.id: None if s.id in passed else _gated_reason(gate, s.user_id) for s in batch if s.id not in dropped
+            signal_id: None if signal_id in passed else _gated_reason(gate, user_id)
+            for signal_id, user_id in signals
+            if signal_id not in dropped
         }
         now = timezone.now()
         counts = credit_and_mark(

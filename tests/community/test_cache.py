@@ -211,6 +211,26 @@ def test_the_while_queued_check_answers_from_the_feed_and_from_the_history() -> 
     assert gate.is_left(1, since=0) and not LeaveCache().sync().is_left(1)
 
 
+def test_left_among_answers_for_a_batch_as_is_left_does_for_each_signal() -> None:
+    CommunityLeave.objects.create(user_id=3, value=b"not a record")  # corrupt: held (fail closed)
+    process = LeaveCache()
+    process.sync()  # warmed at version 0
+    leave_community_layer(user_id=1)  # 1: left now
+    leave_community_layer(user_id=2)  # 2
+    rejoin_community_layer(user_id=2)  # 3: left while a signal received at 0, 1 or 2 waited
+    gate = process.sync()  # the feed: 1 to 3
+    users = [1, 1, 2, 2, 2, 3, 4, 4]
+    since = [0, 4, 0, 1, 2, 4, 0, 4]
+    assert gate.left_among(users, since) == [gate.is_left(u, since=s) for u, s in zip(users, since, strict=True)]
+    assert gate.left_among(users, since) == [True, True, True, True, False, True, False, False]
+    # A receipt before this process warmed and no history loaded: both refuse to guess.
+    later = LeaveCache().sync()
+    with pytest.raises(LookupError):
+        later.left_among([2], [0])
+    later.preload({2: 0, 4: 0})
+    assert later.left_among([2, 4], [0, 0]) == [True, False]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_child_comes_up_at_once_however_long_the_warm_takes() -> None:
     # Issue 8, failure 4: the warm ran inside worker_process_init, which Celery kills after

@@ -159,7 +159,7 @@ def test_each_step_is_gated_at_its_top(step) -> None:
     leave_community_layer(user_id=USER + 2)  # version 2
     rejoin_community_layer(user_id=USER + 2)  # version 3
     gate = leave_gate()
-    batch = [Queued(1, USER, 3), Queued(2, USER + 1, 3), Queued(3, USER + 2, 1), Queued(4, USER + 2, 3)]
+    batch = Queued(ids=[1, 2, 3, 4], user_ids=[USER, USER + 1, USER + 2, USER + 2], since=[3, 3, 1, 3])
     gate.preload({USER + 2: 1})  # as signals_process does: the history the warm did not see
     # left now; active all along; left and back while queued; active since its receipt
     assert step(gate, batch) == [2, 4]
