@@ -111,14 +111,22 @@ class PipelineBench(Ingest, Worker, Results):
             loops.append(result["processed"] / result["seconds"])
             self.check_written(f"Python-loop floor, round {round_number}", want)
 
-            progress(f"round {round_number}/{self.options.rounds}: set-based floor, {count:,} pending signals")
+            progress(
+                f"round {round_number}/{self.options.rounds}: set-based floor, {count:,} pending signals,"
+                " batch by batch in turn with the same floor on bare copies of the tables (budget 1b)"
+            )
             pipeline_data.load_pending(self.conn, self.data)
-            result = self.run_floor(set_based=True)
+            pipeline_data.make_bare_copies(self.conn)
+            try:
+                result = self.run_floor(set_based=True, paired=pipeline_data.BARE)
+            finally:
+                pipeline_data.drop_bare_copies(self.conn)
             floors.append(result["processed"] / result["seconds"])
             floor_phases.update(result["phases"])
             floor_written = self.check_written(f"set-based floor, round {round_number}", want)
-            # Budget 1b's pair, right after: this machine's speed drifts by tens of percent within minutes.
-            bares.append(self.bare_floor())
+            paired = result["paired"]
+            self.check(paired["processed"] == count, f"the bare floor processed every signal (round {round_number})")
+            bares.append(paired["processed"] / paired["seconds"])
 
             progress(f"round {round_number}/{self.options.rounds}: one Celery worker, {count:,} pending signals")
             pipeline_data.load_pending(self.conn, self.data)
@@ -220,11 +228,12 @@ class PipelineBench(Ingest, Worker, Results):
             with_it = self.bare_floor(statement)
             self.note(f"1b. bare tables + {name}", rate(with_it), rate(bare), ratio(with_it / bare))
 
-    def run_floor(self, *, set_based: bool = False, prefix: str = "") -> dict[str, Any]:
+    def run_floor(self, *, set_based: bool = False, prefix: str = "", paired: str = "") -> dict[str, Any]:
         argv = [sys.executable, str(PROJECT_DIR / "bench" / "pipeline_floor.py"), self.child_env["DATABASE_URL"]]
         argv += ["--batch-size", str(settings.SIGNAL_BATCH_SIZE)]
         argv += ["--set-based"] if set_based else []
         argv += ["--prefix", prefix] if prefix else []
+        argv += ["--paired", paired] if paired else []
         return json_answer(
             self.children, self.children.start("floor", argv, env=self.child_env, cwd=PROJECT_DIR), 3_600
         )
