@@ -5,6 +5,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+# Byte-code caches on, whatever the environment says: pytest keeps its assertion-rewritten
+# modules there, and rewriting them all again cost each test process about 10 s.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install chromium pgbouncer run test test-fast lint bench bench-downstream bench-pages drills drills-full clean
 
@@ -53,7 +56,7 @@ test: lint chromium
 # new migration) and spreads the tests over FAST_WORKERS processes.
 FAST_WORKERS ?= 4
 test-fast: install
-	pytest -q -p no:cacheprovider -m "not processes and not slow" --ignore=tests/browser --reuse-db -n $(FAST_WORKERS)
+	TEST_FAST=1 pytest -q -p no:cacheprovider -m "not processes and not slow" --ignore=tests/browser --reuse-db -n $(FAST_WORKERS)
 
 # The leave cache's suite, the pipeline's, then erasure's; all run even when one misses a
 # budget, and the target fails when any does.

@@ -39,6 +39,12 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 
+def examples(count: int) -> int:
+    """How many examples a property tries: all of them in `make test`, an eighth (at least 25)
+    in the fast inner loop (`make test-fast` sets TEST_FAST)."""
+    return max(count // 8, 25) if os.environ.get("TEST_FAST") else count
+
+
 # --- clients ------------------------------------------------------------------------------------
 
 

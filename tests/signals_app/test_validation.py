@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from signals_app import validation
 from signals_app.validation import SignalBatchInvalid, SignalIn, parse_signal_batch
+from tests.helpers import examples
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SKEW = timedelta(minutes=5)
@@ -284,7 +285,7 @@ batches = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(batches)
 def test_any_json_gives_signals_or_a_validation_error(data: Any) -> None:
     try:
@@ -309,7 +310,7 @@ plain_items = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(signal_items | plain_items | json_values)
 def test_the_one_pass_check_agrees_with_the_field_by_field_check(item: Any) -> None:
     """The fast path takes only what the thorough check takes, and makes the same signal of it."""
