@@ -303,8 +303,7 @@ class PipelineBench(Ingest, Worker, Results):
         gate_line = "2. gate() per batch: the fence (one clock read), nothing changed"
         self.note(gate_line, us(probe.gate / timed), "", percent(probe.gate / total))
         self.note(
-            "2. the two gated steps per batch (each: the batch's users against the bitmap at once, then a set"
-            " look-up a signal)",
+            "2. the two gated steps per batch (each: one call for the batch, a bitmap look-up a signal)",
             us(probe.steps / timed),
             "",
             percent(probe.steps / total),
