@@ -118,6 +118,20 @@ class GroupMember(_ByGroup):
         return f"user {self.user_id} in {self.group_id()}"
 
 
+def member_constraints(group: str) -> list[models.BaseConstraint]:
+    """A member model's rules, for its ``Meta``: one row per (group, user), a user id in range."""
+    return [
+        models.UniqueConstraint(fields=[group, "user_id"], name=f"{group}_member_unique"),
+        models.CheckConstraint(condition=models.Q(user_id__gte=0), name=f"{group}_member_user_id_range"),
+    ]
+
+
+def member_indexes(group: str) -> list[models.Index]:
+    """The pipeline loads memberships by user id, a batch at a time. No index on the group key
+    alone: the unique (group, user_id) key starts with it and serves every look-up by group."""
+    return [models.Index(fields=["user_id", group], name=f"{group}_member_by_user")]
+
+
 class GroupAggregate(_ByGroup):
     """Per group, item, kind and hour: how many signals, their weight sum, the last time."""
 

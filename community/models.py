@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, slug_validator
+from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, member_constraints, member_indexes, slug_validator
 from .membership import MAX_USER_ID, CommunityMembership, deserialize_membership
 from .record_status import RecordStatus
 
@@ -152,17 +152,11 @@ class Cohort(MemberGroup):
 
 class CommunityMember(GroupMember):
     group_field = "community"
-    # No index of its own: the unique (community, user_id) key starts with it and serves every
-    # look-up by community; one index less to write for every membership.
     community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members", db_index=False)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["community", "user_id"], name="community_member_unique"),
-            models.CheckConstraint(condition=models.Q(user_id__gte=0), name="community_member_user_id_range"),
-        ]
-        # The pipeline loads memberships by user id, a batch at a time.
-        indexes = [models.Index(fields=["user_id", "community"], name="community_member_by_user")]
+        constraints = member_constraints("community")
+        indexes = member_indexes("community")
 
 
 class CohortMember(GroupMember):
@@ -170,11 +164,8 @@ class CohortMember(GroupMember):
     cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members", db_index=False)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["cohort", "user_id"], name="cohort_member_unique"),
-            models.CheckConstraint(condition=models.Q(user_id__gte=0), name="cohort_member_user_id_range"),
-        ]
-        indexes = [models.Index(fields=["user_id", "cohort"], name="cohort_member_by_user")]
+        constraints = member_constraints("cohort")
+        indexes = member_indexes("cohort")
 
 
 def new_webhook_secret() -> str:

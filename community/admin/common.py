@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -12,16 +13,21 @@ from ..membership import MAX_USER_ID
 from ..models import CommunityLeave, LeaveHistory
 
 
-def decoded_status(obj: CommunityLeave | LeaveHistory) -> str:
-    return record_status_label(obj.membership)
+class RecordFieldsMixin:
+    """A stored record's fields as the admin shows them (records and history alike): the
+    decoded status and left-at time (community.display) and the raw bytes."""
 
+    @admin.display(description="status")
+    def status(self, obj: CommunityLeave | LeaveHistory) -> str:
+        return record_status_label(obj.membership)
 
-def decoded_left_at(obj: CommunityLeave | LeaveHistory) -> str:
-    return left_at_text(obj.membership)
+    @admin.display(description="left at (UTC)")
+    def left_at(self, obj: CommunityLeave | LeaveHistory) -> str:
+        return left_at_text(obj.membership)
 
-
-def raw_hex(obj: CommunityLeave | LeaveHistory) -> str:
-    return bytes(obj.value).hex(" ")
+    @admin.display(description="raw value (hex)")
+    def raw_value(self, obj: CommunityLeave | LeaveHistory) -> str:
+        return bytes(obj.value).hex(" ")
 
 
 class UserIdSearchMixin:

@@ -9,11 +9,11 @@ from tidalproject.paging import BigTableAdminMixin, recent_filter
 
 from ..models import LeaveHistory
 from ..permissions import READ_ANY
-from .common import UserIdSearchMixin, decoded_left_at, decoded_status, raw_hex
+from .common import RecordFieldsMixin, UserIdSearchMixin
 
 
 @admin.register(LeaveHistory)
-class LeaveHistoryAdmin(UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[LeaveHistory]):
+class LeaveHistoryAdmin(RecordFieldsMixin, UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[LeaveHistory]):
     list_display = ["version", "user_id", "action", "status", "left_at", "actor_label", "source", "at", "reason"]
     # No date hierarchy (its first step reads the distinct years or months of every change):
     # "changed in the last …" instead, on the index of ``at``.
@@ -33,18 +33,6 @@ class LeaveHistoryAdmin(UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[
         "reason",
     ]
     readonly_fields = ["status", "left_at", "raw_value"]
-
-    @admin.display(description="status")
-    def status(self, obj: LeaveHistory) -> str:
-        return decoded_status(obj)
-
-    @admin.display(description="left at (UTC)")
-    def left_at(self, obj: LeaveHistory) -> str:
-        return decoded_left_at(obj)
-
-    @admin.display(description="raw value (hex)")
-    def raw_value(self, obj: LeaveHistory) -> str:
-        return raw_hex(obj)
 
     def has_view_permission(self, request: HttpRequest, obj: LeaveHistory | None = None) -> bool:
         # Whoever may read the leave records may read their history.

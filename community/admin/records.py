@@ -18,7 +18,7 @@ from ..membership import MembershipStatus
 from ..models import ChangeSource, CommunityLeave
 from ..record_status import CORRUPT, RecordStatus
 from ..services.layer import bulk_leave_community_layer, bulk_rejoin_community_layer, leave_community_layer
-from .common import UserIdSearchMixin, decoded_left_at, decoded_status, raw_hex
+from .common import RecordFieldsMixin, UserIdSearchMixin
 
 
 class RecordStatusFilter(admin.SimpleListFilter):
@@ -58,24 +58,12 @@ class LeaveAddForm(forms.ModelForm[CommunityLeave]):
 
 
 @admin.register(CommunityLeave)
-class CommunityLeaveAdmin(UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[CommunityLeave]):
+class CommunityLeaveAdmin(RecordFieldsMixin, UserIdSearchMixin, BigTableAdminMixin, admin.ModelAdmin[CommunityLeave]):
     list_display = ["user_id", "status", "left_at", "raw_value", "user_page"]
     list_filter = [RecordStatusFilter]
     search_fields = ["user_id"]
     readonly_fields = ["user_id", "status", "left_at", "raw_value", "user_page"]
     actions = ["leave_selected", "rejoin_selected"]
-
-    @admin.display(description="status")
-    def status(self, obj: CommunityLeave) -> str:
-        return decoded_status(obj)
-
-    @admin.display(description="left at (UTC)")
-    def left_at(self, obj: CommunityLeave) -> str:
-        return decoded_left_at(obj)
-
-    @admin.display(description="raw value (hex)")
-    def raw_value(self, obj: CommunityLeave) -> str:
-        return raw_hex(obj)
 
     @admin.display(description="console")
     def user_page(self, obj: CommunityLeave) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import action
@@ -27,6 +28,15 @@ from ..serializers.layer import (
 from ..services.layer import LayerChange, bulk_leave_community_layer, leave_community_layer, rejoin_community_layer
 from .feed import ChangeFeedAndRecords, StatusCursorPagination
 from .user_ids import USER_ID_PARAM, parse_path_user_id
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _change_schema(summary: str) -> Callable[[_F], _F]:
+    """Leave's and rejoin's schema: a reason in the body, the status after the change."""
+    return extend_schema(
+        request=ChangeBodySerializer, responses=LayerStatusSerializer, summary=summary, parameters=[USER_ID_PARAM]
+    )
 
 
 class CommunityLayerViewSet(ActionPermissions, ChangeFeedAndRecords):
@@ -77,22 +87,12 @@ class CommunityLayerViewSet(ActionPermissions, ChangeFeedAndRecords):
         done = change(user_id=uid, actor=request.user, source=ChangeSource.API, reason=body.validated_data["reason"])
         return self._answer(LayerStatus(done.membership, corrupt=False, version=done.version))
 
-    @extend_schema(
-        request=ChangeBodySerializer,
-        responses=LayerStatusSerializer,
-        summary="Leave the community layer",
-        parameters=[USER_ID_PARAM],
-    )
+    @_change_schema("Leave the community layer")
     @action(detail=True, methods=["post"])
     def leave(self, request: Request, user_id: str) -> Response:
         return self._change(request, leave_community_layer)
 
-    @extend_schema(
-        request=ChangeBodySerializer,
-        responses=LayerStatusSerializer,
-        summary="Rejoin the community layer",
-        parameters=[USER_ID_PARAM],
-    )
+    @_change_schema("Rejoin the community layer")
     @action(detail=True, methods=["post"])
     def rejoin(self, request: Request, user_id: str) -> Response:
         return self._change(request, rejoin_community_layer)
