@@ -18,17 +18,22 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 install: $(VENV)/.installed
 
-# The browser tests drive Debian's Chromium (Playwright never downloads one here). As root with
-# apt-get, it is installed when missing; otherwise this says how, and the browser tests fail.
-chromium:
-	@if [ ! -x /usr/bin/chromium ]; then \
+# $(call debian_package,PROGRAM,PACKAGE,WHAT FOR): when PROGRAM is not there, install Debian's
+# PACKAGE as root with apt-get; otherwise say how, and what needs it fails.
+define debian_package
+	@if [ ! -x $(1) ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing Debian's chromium for the browser tests"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	    echo "installing Debian's $(2) for $(3)"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(2); \
 	  else \
-	    echo "note: the browser tests need Debian's chromium: sudo apt-get install chromium"; \
+	    echo "note: for $(3), install Debian's $(2): sudo apt-get install $(2)"; \
 	  fi; \
 	fi
+endef
+
+# The browser tests drive Debian's Chromium (Playwright never downloads one here).
+chromium:
+	$(call debian_package,/usr/bin/chromium,chromium,the browser tests)
 
 run: install
 	DEBUG=1 $(PY) manage.py migrate --noinput
@@ -73,16 +78,9 @@ bench-pages: install
 
 # Reliability drills against a real deployment on this machine (needs PostgreSQL and Redis
 # that the drills may restart): the short versions, and the full ones that write RELIABILITY.md.
-# The pooled stop-forward drill runs Debian's PgBouncer: installed when missing (as root).
+# The pooled stop-forward drill runs Debian's PgBouncer.
 pgbouncer:
-	@if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing Debian's pgbouncer for the pooled drill"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q pgbouncer; \
-	  else \
-	    echo "note: the pooled drill needs Debian's pgbouncer: sudo apt-get install pgbouncer"; \
-	  fi; \
-	fi
+	$(call debian_package,/usr/sbin/pgbouncer,pgbouncer,the pooled drill)
 
 drills: install pgbouncer
 	$(PY) -m drills.run

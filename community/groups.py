@@ -118,18 +118,19 @@ class GroupMember(_ByGroup):
         return f"user {self.user_id} in {self.group_id()}"
 
 
-def member_constraints(group: str) -> list[models.BaseConstraint]:
-    """A member model's rules, for its ``Meta``: one row per (group, user), a user id in range."""
-    return [
-        models.UniqueConstraint(fields=[group, "user_id"], name=f"{group}_member_unique"),
-        models.CheckConstraint(condition=models.Q(user_id__gte=0), name=f"{group}_member_user_id_range"),
-    ]
+def member_meta(group: str) -> Any:
+    """A member model's ``Meta``: one row per (group, user), a user id in range, and an index by
+    user (the pipeline loads memberships by user id, a batch at a time). No index on the group
+    key alone: the unique (group, user_id) key starts with it and serves every look-up by group."""
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=[group, "user_id"], name=f"{group}_member_unique"),
+            models.CheckConstraint(condition=models.Q(user_id__gte=0), name=f"{group}_member_user_id_range"),
+        ]
+        indexes = [models.Index(fields=["user_id", group], name=f"{group}_member_by_user")]
 
-def member_indexes(group: str) -> list[models.Index]:
-    """The pipeline loads memberships by user id, a batch at a time. No index on the group key
-    alone: the unique (group, user_id) key starts with it and serves every look-up by group."""
-    return [models.Index(fields=["user_id", group], name=f"{group}_member_by_user")]
+    return Meta
 
 
 class GroupAggregate(_ByGroup):

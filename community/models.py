@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, member_constraints, member_indexes, slug_validator
+from .groups import GroupAggregate, GroupMember, MemberGroup, Paired, member_meta, slug_validator
 from .membership import MAX_USER_ID, CommunityMembership, deserialize_membership
 from .record_status import RecordStatus
 
@@ -153,19 +153,13 @@ class Cohort(MemberGroup):
 class CommunityMember(GroupMember):
     group_field = "community"
     community = models.ForeignKey(Community, on_delete=models.CASCADE, related_name="members", db_index=False)
-
-    class Meta:
-        constraints = member_constraints("community")
-        indexes = member_indexes("community")
+    Meta = member_meta("community")
 
 
 class CohortMember(GroupMember):
     group_field = "cohort"
     cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, related_name="members", db_index=False)
-
-    class Meta:
-        constraints = member_constraints("cohort")
-        indexes = member_indexes("cohort")
+    Meta = member_meta("cohort")
 
 
 def new_webhook_secret() -> str:

@@ -146,11 +146,7 @@ Mark = tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]
 
 
 def _credit_and_mark_in_python(
-    cohorts: Sequence[int],
-    communities: Sequence[int],
-    reasons: Mapping[int, int | None],
-    processed_at: datetime,
-    fence: int,
+    cohorts: Sequence[int], communities: Sequence[int], reasons: Mapping[int, int | None], at: datetime, fence: int
 ) -> dict[int, int]:
     rows = Signal.objects.filter(id__in=set(cohorts) | set(communities)).values_list(
         "id", "user_id", "item_id", "kind", "weight", "occurred_at"
@@ -190,7 +186,7 @@ def _credit_and_mark_in_python(
             mark = (signal_id, Outcome.NO_TARGET, None, None, None)
         counts[mark[1]] = counts.get(mark[1], 0) + 1
         marks.append(mark)
-    _mark_outcomes(marks, processed_at, fence)
+    _mark_outcomes(marks, at, fence)
     return counts
 
 
