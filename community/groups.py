@@ -97,6 +97,10 @@ class _ByGroup(models.Model):
         return cast("models.ForeignKey[Any, Any]", cls._meta.get_field(cls.group_field))
 
     @classmethod
+    def group_model(cls) -> type[MemberGroup]:
+        return cast("type[MemberGroup]", cls.group_key().related_model)
+
+    @classmethod
     def group_column(cls) -> str:
         """The foreign key's column (``community_id``): for set-based SQL and value lists."""
         return cls.group_key().column

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from community.cache import leave_cache
-from community.models import CommunityLeave, LeaveClock
+from community.models import Community, CommunityLeave, LeaveClock
 from community.services.layer import leave_community_layer, rejoin_community_layer
 from signals_app.models import CommunityAggregate, GatedReason, Outcome, Signal
 from signals_app.services.processing import signals_process, signals_process_isolating_failures
@@ -273,6 +273,17 @@ def test_the_verifier_names_an_aggregate_altered_by_hand(sender, community, coho
     out = counterexamples()
     assert f"aggregate community {community.pk} item 1 kind 'view'" in out
     assert "stored count 5" in out
+
+
+def test_the_verifier_passes_after_a_credited_group_is_deleted_with_its_aggregates(sender, community, cohort) -> None:
+    _processed_world(sender, community, cohort)
+    assert CommunityAggregate.objects.filter(community=community).exists()
+    deleted = community.pk
+    community.delete()  # its aggregate rows go with it; the signals keep their evidence
+    assert any(deleted in (s.credited_communities or ()) for s in Signal.objects.all())
+    assert "counterexamples: 0" in verify()
+    Community.objects.create(slug="again", name="Again")  # another id: the old credits stay unexpected
+    assert "counterexamples: 0" in verify()
 
 
 def test_the_verifier_names_an_outcome_altered_by_hand(sender, community, cohort) -> None:
