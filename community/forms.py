@@ -92,9 +92,16 @@ class BulkLeaveForm(forms.Form):
             raise forms.ValidationError(errors)
         if not ids:
             raise forms.ValidationError("Paste or upload at least one user id.")
-        if len(ids) > BULK_MAX_IDS:
+        if len(ids) > self.max_ids():
             raise forms.ValidationError(
-                f"{len(ids):,} distinct ids: at most {BULK_MAX_IDS:,} at a time. Split the list and submit it in parts."
+                f"{len(ids):,} distinct ids: at most {self.max_ids():,} {self.limit_unit}. "
+                "Split the list and submit it in parts."
             )
         cleaned["ids"] = list(ids)
         return cleaned
+
+    limit_unit = "at a time"
+
+    def max_ids(self) -> int:
+        """How many distinct ids one submission may hold."""
+        return BULK_MAX_IDS

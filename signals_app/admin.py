@@ -126,12 +126,10 @@ class ErasureUploadForm(BulkLeaveForm):
         required=True,
     )
 
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
-        ids = cleaned.get("ids", [])
-        if len(ids) > settings.ERASURE_JOB_MAX_USERS:
-            raise forms.ValidationError(f"{len(ids):,} distinct ids: at most {settings.ERASURE_JOB_MAX_USERS:,} a job.")
-        return cleaned
+    limit_unit = "a job"
+
+    def max_ids(self) -> int:
+        return int(settings.ERASURE_JOB_MAX_USERS)
 
 
 class ErasureJobUserInline(admin.TabularInline[ErasureJobUser, ErasureJob]):

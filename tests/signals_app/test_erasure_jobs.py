@@ -180,6 +180,18 @@ def test_the_admin_upload_starts_a_job_and_names_bad_ids(eraser, three_users) ->
     assert client.get(f"/admin/signals_app/erasurejob/{job.pk}/change/").status_code == 200
 
 
+def test_the_admin_upload_holds_to_erasure_job_max_users_not_the_bulk_leave_limit(eraser, settings) -> None:
+    client = logged_in(eraser)
+    settings.ERASURE_JOB_MAX_USERS = 3
+    refused = client.post("/admin/signals_app/erasurejob/add/", {"user_ids": "1 2 3 4", "confirm": "on"})
+    assert b"4 distinct ids: at most 3 a job." in refused.content and not ErasureJob.objects.exists()
+    settings.ERASURE_JOB_MAX_USERS = 12_000  # above the bulk leave form's 10,000
+    ids = " ".join(str(n) for n in range(10_500))
+    created = client.post("/admin/signals_app/erasurejob/add/", {"user_ids": ids, "confirm": "on"})
+    assert created.status_code == 302
+    assert ErasureJob.objects.get().total == 10_500
+
+
 def test_the_leave_records_admin_action_starts_a_job(eraser, three_users) -> None:
     leave_community_layer(user_id=402)
     client = logged_in(eraser)
