@@ -27,9 +27,13 @@ def user_id_or_message(request: HttpRequest, raw: str) -> int | None:
 
 
 def reason_or_message(request: HttpRequest) -> str | None:
-    """The confirmation's reason box, trimmed as the API trims it, or None when too long."""
+    """The confirmation's reason box, trimmed as the API trims it, or None (and a message) when
+    the API would refuse it: too long, or holding a NUL character."""
     reason = request.POST.get("reason", "").strip()
     if len(reason) > MAX_REASON_LENGTH:
         messages.error(request, f"The reason is {len(reason)} characters; at most {MAX_REASON_LENGTH}.")
+        return None
+    if "\x00" in reason:
+        messages.error(request, "The reason holds a NUL character (U+0000); remove it.")
         return None
     return reason

@@ -84,7 +84,7 @@ class SignalAdmin(UserIdSearchMixin, ReadOnlyAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         # Counts by outcome over the last hour and day, gated included: what the gate held back.
         extra_context = {**(extra_context or {}), "outcome_summary": outcome_summary()}
-        response: TemplateResponse = super().changelist_view(request, extra_context)  # type: ignore[assignment]
+        response: TemplateResponse = super().changelist_view(request, extra_context)
         return response
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
@@ -235,7 +235,16 @@ def _may_erase(request: HttpRequest) -> bool:
 
 @admin.action(description="Erase the selected users (a bulk erasure job)", permissions=["erase"])
 def erase_selected_users(modeladmin: Any, request: HttpRequest, queryset: QuerySet[CommunityLeave]) -> Any:
-    ids = list(queryset.values_list("user_id", flat=True)[: settings.ERASURE_JOB_MAX_USERS])
+    limit = settings.ERASURE_JOB_MAX_USERS
+    ids = list(queryset.values_list("user_id", flat=True)[: limit + 1])
+    if len(ids) > limit:
+        modeladmin.message_user(
+            request,
+            f"More than {limit:,} users selected: at most {limit:,} a job (ERASURE_JOB_MAX_USERS). "
+            "Nothing was erased; narrow the selection.",
+            messages.ERROR,
+        )
+        return None
     job = erasure_job_create(user_ids=ids, actor=request.user, source=ChangeSource.ADMIN)
     modeladmin.message_user(request, f"Erasure job {job.pk} of {job.total:,} user(s) started.", messages.SUCCESS)
     return HttpResponseRedirect(reverse("admin:signals_app_erasurejob_change", args=[job.pk]))

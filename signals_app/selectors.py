@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connections
@@ -17,6 +17,7 @@ from .models import Outcome, Signal, hour_bucket
 # The window of trending and attribution when a request gives no ``since``: a request never
 # sums a target's whole history (one row per item, kind and hour since it was created).
 DEFAULT_WINDOW = timedelta(hours=24)
+EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 # The outcomes of processed signals: counted per outcome with "IN", so that the
 # (outcome, processed_at) index is entered once per outcome at the window's start, where
@@ -45,7 +46,8 @@ def top_items(
     if kind:
         queryset = queryset.filter(kind=kind)
     if since is None:
-        since = (until or timezone.now()) - DEFAULT_WINDOW
+        # At most DEFAULT_WINDOW, and never before the first representable hour.
+        since = max(until or timezone.now(), EARLIEST + DEFAULT_WINDOW) - DEFAULT_WINDOW
     queryset = queryset.filter(hour__gte=hour_bucket(since))
     if until:
         queryset = queryset.filter(hour__lt=until)

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from ..models import WEBHOOK_ATTEMPT_FIELDS, WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
 from ..webhooks.lag import lag_samples
@@ -56,8 +57,8 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin[WebhookSubscription]):
     ]
     list_filter = ["is_active"]
     search_fields = ["name", "url"]
+    # The signing secret is shown once, on the page after the add (response_add), never again.
     readonly_fields = [
-        "secret",
         "paused_reason",
         "acked_version",
         "lag_versions",
@@ -102,6 +103,11 @@ class WebhookSubscriptionAdmin(admin.ModelAdmin[WebhookSubscription]):
             obj.pk = created.pk
             if not data["is_active"]:
                 webhook_subscription_update(subscription=created, is_active=False)
+
+    def response_add(self, request: HttpRequest, obj: WebhookSubscription, post_url_continue: str | None = None) -> Any:
+        created = WebhookSubscription.objects.get(pk=obj.pk)  # as stored by the service, its secret too
+        context = {**self.admin_site.each_context(request), "title": "Subscription added", "subscription": created}
+        return TemplateResponse(request, "admin/community/webhooksubscription/created.html", context)
 
     @admin.action(description="Pause the selected subscriptions", permissions=["change"])
     def pause_selected(self, request: HttpRequest, queryset: QuerySet[WebhookSubscription]) -> None:

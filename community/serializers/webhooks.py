@@ -9,7 +9,14 @@ from typing import Any
 from rest_framework import serializers
 
 from ..membership import MAX_USER_ID
-from ..models import WEBHOOK_ATTEMPT_FIELDS, WEBHOOK_DELIVERY_STATE, ChangeAction, WebhookDelivery, WebhookSubscription
+from ..models import (
+    WEBHOOK_ATTEMPT_FIELDS,
+    WEBHOOK_DELIVERY_STATE,
+    ChangeAction,
+    LeaveClock,
+    WebhookDelivery,
+    WebhookSubscription,
+)
 
 
 def _check_secret(value: str) -> str:
@@ -37,14 +44,16 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscript
         write_only=True,
         required=False,
         max_length=200,
-        help_text="A Standard Webhooks secret (whsec_ and base64 of 24 to 64 bytes); generated when absent.",
+        help_text="A Standard Webhooks secret (whsec_ and base64 of 24 to 64 bytes); generated when absent at"
+        " creation. A PATCH with a secret rotates it: messages signed from then on use the new one.",
     )
     after = serializers.IntegerField(
         write_only=True,
         required=False,
         min_value=0,
         max_value=MAX_USER_ID,
-        help_text="Deliver the changes after this version (0: all history). Default: from now on.",
+        help_text="Deliver the changes after this version (0: all history; at most the latest version)."
+        " Default: from now on. Set only at creation.",
     )
     lag_versions = serializers.SerializerMethodField()
     lag_seconds = serializers.SerializerMethodField()
@@ -78,6 +87,14 @@ class WebhookSubscriptionSerializer(serializers.ModelSerializer[WebhookSubscript
 
     def validate_secret(self, value: str) -> str:
         return _check_secret(value)
+
+    def validate_after(self, value: int) -> int:
+        if self.instance is not None:
+            raise serializers.ValidationError("Set only when the subscription is created.")
+        latest = LeaveClock.objects.filter(pk=1).values_list("version", flat=True).first() or 0
+        if value > latest:
+            raise serializers.ValidationError(f"Must be at most the latest version, {latest}.")
+        return value
 
     def _lag(self, obj: WebhookSubscription) -> Any:
         from ..webhooks.lag import webhook_lag

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from ..display import change_payload, record_status_payload
 from ..exports import csv_export_response
+from ..ids import parse_user_id
 from ..selectors import (
     community_layer_changes,
     community_layer_changes_wait,
@@ -40,9 +41,12 @@ class StatusCursorPagination(CursorPagination):
 
     def decode_cursor(self, request: Request) -> Any:
         try:
-            return super().decode_cursor(request)
-        except NotFound:
+            cursor = super().decode_cursor(request)
+            if cursor is not None and cursor.position is not None:
+                parse_user_id(cursor.position)  # DRF checks the offset, not the position: a user id here
+        except (NotFound, ValueError):
             raise ValidationError({"cursor": ["Not a cursor from this list; use the next or previous link."]}) from None
+        return cursor
 
     def get_page_size(self, request: Request) -> int:
         raw = request.query_params.get(self.page_size_query_param)

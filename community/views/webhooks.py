@@ -27,6 +27,10 @@ class ReadPermissions(DjangoModelPermissions):
     perms_map = {**DjangoModelPermissions.perms_map, "GET": ["%(app_label)s.view_%(model_name)s"]}
 
 
+# What a PATCH may change (``after`` is refused by the serializer: it is set only at creation).
+UPDATABLE = ("name", "url", "actions", "is_active", "secret")
+
+
 class WebhookSubscriptionViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet[Any]
 ):
@@ -64,7 +68,7 @@ class WebhookSubscriptionViewSet(
         subscription = self.get_object()
         body = WebhookSubscriptionSerializer(subscription, data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        changes = {k: v for k, v in body.validated_data.items() if k in ("name", "url", "actions", "is_active")}
+        changes = {k: v for k, v in body.validated_data.items() if k in UPDATABLE}
         try:
             webhook_subscription_update(subscription=subscription, **changes)
         except UnsafeTarget as exc:

@@ -7,6 +7,7 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 
 MAX_URL_LENGTH = 2000
@@ -16,18 +17,34 @@ class UnsafeTarget(ValueError):
     """The URL may not be called: its scheme, or an address its host resolves to."""
 
 
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def _as_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo's client, NAT64), or itself."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+        if ip.teredo is not None:
+            return ip.teredo[1]
+        if ip in NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
 def address_allowed(address: str, *, allow_private: bool) -> bool:
     """Whether a resolved address may be called.
 
-    Only globally routable unicast addresses, unless ``allow_private``: then anything but
-    multicast and the unspecified address. An IPv4-mapped IPv6 address is judged as IPv4.
+    Only globally routable unicast addresses that are not reserved, unless ``allow_private``:
+    then anything but multicast and the unspecified address. An IPv6 address that carries an
+    IPv4 one (mapped, 6to4, Teredo, NAT64) is judged by the IPv4 address.
     """
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _as_ipv4(ipaddress.ip_address(address.split("%", 1)[0]))
     if ip.is_multicast or ip.is_unspecified:
         return False
-    return allow_private or ip.is_global
+    return allow_private or (ip.is_global and not ip.is_reserved and not getattr(ip, "is_site_local", False))
 
 
 def check_url(url: str, *, allow_private: bool | None = None) -> str:
@@ -52,6 +69,13 @@ def check_url(url: str, *, allow_private: bool | None = None) -> str:
     if port == 0:
         raise UnsafeTarget("Port 0 is not allowed.")
     try:
+        host = httpx.URL(url).host  # as the sender will read it (IDNA 2008 host names)
+        parts.hostname.encode("idna")  # as the resolver will encode it
+    except (httpx.InvalidURL, UnicodeError) as exc:
+        raise UnsafeTarget(f"Not a valid host name: {exc}.") from None
+    if not host:
+        raise UnsafeTarget("The URL needs a host.")
+    try:
         literal = ipaddress.ip_address(parts.hostname)
     except ValueError:
         return url
@@ -71,7 +95,7 @@ def resolve_target(host: str, port: int, *, allow_private: bool) -> str:
     """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:
         raise UnsafeTarget(f"Cannot resolve {host!r}: {exc}.") from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:

@@ -39,7 +39,8 @@ def webhook_subscription_create(
 
 
 def webhook_subscription_update(*, subscription: WebhookSubscription, **changes: Any) -> WebhookSubscription:
-    """Change url, name, actions or is_active. Resuming clears the failure state and wakes it."""
+    """Change url, name, actions, is_active or secret (a rotation: messages signed from then on
+    use the new one). Resuming clears the failure state and wakes it."""
     if "url" in changes:
         check_url(changes["url"])
     if "actions" in changes:

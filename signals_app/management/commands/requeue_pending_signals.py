@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -7,6 +9,24 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from signals_app.services.sweep import pending_signals_requeue
+
+MAX_SECONDS = 10 * 366 * 86400  # ten years: older than any signal still pending
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of seconds from 0 to {MAX_SECONDS}")
+    return seconds
+
+
+def _count(value: str) -> int:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a whole number of at least 1")
+    return int(value)
 
 
 class Command(BaseCommand):
@@ -18,11 +38,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "--older-than",
-            type=float,
+            type=_seconds,
             default=settings.SIGNAL_SWEEP_AFTER_SECONDS,
             help="Seconds since a signal was received (default: SIGNAL_SWEEP_AFTER_SECONDS).",
         )
-        parser.add_argument("--limit", type=int, default=100_000, help="At most this many signals (default 100000).")
+        parser.add_argument("--limit", type=_count, default=100_000, help="At most this many signals (default 100000).")
         parser.add_argument(
             "--force",
             action="store_true",

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -13,6 +13,10 @@ def _moment(value: str) -> datetime:
     moment = parse_datetime(value)
     if moment is None or moment.tzinfo is None:
         raise CommandError(f"--since {value!r}: give an ISO 8601 time with its offset, e.g. 2026-11-30T00:00:00Z")
+    try:
+        moment.astimezone(UTC)  # the checks read hours in UTC
+    except OverflowError:
+        raise CommandError(f"--since {value!r}: out of range in UTC") from None
     return moment
 
 
@@ -31,6 +35,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="Do not show a progress bar.")
 
     def handle(self, *args: Any, since: datetime | None, max_named: int, no_progress: bool, **options: Any) -> None:
+        if max_named < 0:
+            raise CommandError(f"--max-named {max_named}: give 0 or more")
         result = verify_stop_forward(since=since, progress=not no_progress, max_named=max_named)
         for line in result.named:
             self.stderr.write(f"counterexample: {line}")
