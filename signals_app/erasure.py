@@ -36,7 +36,7 @@ before that erasure, writes nothing and answers the last receipt with ``already_
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -93,11 +93,19 @@ def _received_before(user_id: int, version: int) -> Q:
     return Q(user_id=user_id) & (Q(fence_at_receipt__isnull=True) | Q(fence_at_receipt__lt=version))
 
 
-def user_erase(*, user_id: int, actor: Any = None, source: ChangeSource = ChangeSource.API) -> ErasureReceipt:
+def user_erase(
+    *,
+    user_id: int,
+    actor: Any = None,
+    source: ChangeSource = ChangeSource.API,
+    recorded: Callable[[ErasureReceipt], None] | None = None,
+) -> ErasureReceipt:
     """Erase ``user_id`` (module docstring): they leave, every past contribution of theirs is
     taken back from the aggregates and their stored signals are deleted. Returns the receipt.
 
-    An unknown user is erased like any other: a receipt with zero counts.
+    An unknown user is erased like any other: a receipt with zero counts. ``recorded`` is
+    called with the receipt inside the erasure's transaction (a bulk job records its result
+    there: committed with the erasure, or not at all); the settle pass may add to the counts.
     """
     with transaction.atomic():
         # The clock first, as every leave: erasures and leaves of the same user queue up here.
@@ -108,12 +116,17 @@ def user_erase(*, user_id: int, actor: Any = None, source: ChangeSource = Change
             and _erased_and_left(last)
             and not Signal.objects.filter(_received_before(user_id, last.version)).exists()
         ):
-            return _receipt(last, already_erased=True)
+            already = _receipt(last, already_erased=True)
+            if recorded is not None:
+                recorded(already)
+            return already
         change = erase_community_layer(user_id=user_id, actor=actor, source=source)
         removed, rows_changed = take_back_signals(user_id, change.version)
         LeaveHistory.objects.filter(version=change.version).update(
             signals_removed=removed, aggregate_rows_changed=rows_changed
         )
+        if recorded is not None:
+            recorded(_receipt(LeaveHistory.objects.get(version=change.version), already_erased=False))
     erasure_settle(user_id=user_id, version=change.version)
     entry = LeaveHistory.objects.get(version=change.version)
     transaction.on_commit(lambda: _erased(entry))
@@ -220,8 +233,9 @@ def _kick(job_id: int) -> None:
 
 def erasure_job_run(*, job_id: int) -> Any:
     """Erase the job's users still pending, one by one, each in its own transaction, and
-    record each result. Safe to run again (a task delivered twice, a worker killed): users
-    done are skipped, and one erased just before a crash answers with that erasure's receipt."""
+    record each result in that transaction. Safe to run again (a task delivered twice, a
+    worker killed): users done are skipped, and a user erased by someone else meanwhile is
+    reported as already erased."""
     from django.utils import timezone
 
     from .models import ErasureJob, ErasureJobUser
@@ -234,8 +248,21 @@ def erasure_job_run(*, job_id: int) -> Any:
     )
     pending = ErasureJobUser.objects.filter(job=job, state=ErasureJobUser.State.PENDING).order_by("position")
     for entry in list(pending.only("id", "user_id")):
+
+        def record(receipt: ErasureReceipt, pk: int = entry.pk) -> None:
+            ErasureJobUser.objects.filter(pk=pk).update(
+                state=ErasureJobUser.State.DONE,
+                version=receipt.version,
+                signals_removed=receipt.signals_removed,
+                aggregate_rows_changed=receipt.aggregate_rows_changed,
+                already_erased=receipt.already_erased,
+                finished_at=timezone.now(),
+            )
+
         try:
-            receipt = user_erase(user_id=entry.user_id, actor=job.created_by, source=ChangeSource(job.source))
+            receipt = user_erase(
+                user_id=entry.user_id, actor=job.created_by, source=ChangeSource(job.source), recorded=record
+            )
         except TRANSIENT_ERRORS:
             raise  # the task retries; what is done stays done
         except Exception as exc:
@@ -246,15 +273,7 @@ def erasure_job_run(*, job_id: int) -> Any:
                 finished_at=timezone.now(),
             )
             continue
-        ErasureJobUser.objects.filter(pk=entry.pk).update(
-            state=ErasureJobUser.State.DONE,
-            version=receipt.version,
-            signals_removed=receipt.signals_removed,
-            aggregate_rows_changed=receipt.aggregate_rows_changed,
-            # Erased by this job before a worker died: its own erasure, not an earlier one.
-            already_erased=receipt.already_erased and receipt.at < job.created_at,
-            finished_at=timezone.now(),
-        )
+        record(receipt)  # again, with what the settle pass added
         ErasureJob.objects.filter(pk=job.pk).update(kicked_at=timezone.now())  # the job's heartbeat
     ErasureJob.objects.filter(pk=job.pk).update(state=ErasureJob.State.DONE, finished_at=timezone.now())
     job.refresh_from_db()

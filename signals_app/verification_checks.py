@@ -40,7 +40,14 @@ from community.record_status import RecordStatus
 from .models import GatedReason, Outcome, Signal, hour_bucket
 from .sql.common import credited_column, quoted
 
-RELATIVE_TOLERANCE = 1e-9  # weight sums added in another order differ in the last bits
+# Weight sums added (or taken back) in another order differ in the last bits: by at most about
+# n x 2**-53 x the sum of the weights' sizes. A row passes within the larger of the two bounds.
+RELATIVE_TOLERANCE = 1e-9  # of the sum
+ORDER_TOLERANCE = 1e-12  # of the sum of |weight| (rows whose weights cancel out)
+
+
+def _weight_tolerance(expected: float, magnitude: float) -> float:
+    return max(RELATIVE_TOLERANCE * max(1.0, abs(expected)), ORDER_TOLERANCE * magnitude)
 
 
 # --- signals: checks 1, 2 and 4 -----------------------------------------------------------------
@@ -174,12 +181,12 @@ def _aggregate_label(model: AggregateModel, key: tuple[Any, ...]) -> str:
     return f"{model.group_field} {target} item {item_id} kind {kind!r} hour {hour:%Y-%m-%d %H:00}"
 
 
-def _differs(stored: tuple[Any, ...] | None, expected: tuple[Any, ...] | None) -> bool:
+def _differs(stored: tuple[Any, ...] | None, expected: tuple[Any, ...] | None, magnitude: float) -> bool:
     if stored is None or expected is None:
         return True
     count, weight, last = stored
     want_count, want_weight, want_last = expected
-    tolerance = RELATIVE_TOLERANCE * max(1.0, abs(want_weight))
+    tolerance = _weight_tolerance(want_weight, magnitude)
     return count != want_count or not math.isclose(weight, want_weight, abs_tol=tolerance) or last != want_last
 
 
@@ -193,7 +200,7 @@ def _mismatch(model: Any, key: tuple[Any, ...], stored: Any, expected: Any) -> s
 
 def _sums(values: tuple[Any, ...]) -> str:
     count, weight, last = values
-    return f"count {count}, weight_sum {weight:g}, last_at {last:%Y-%m-%dT%H:%M:%S.%fZ}"
+    return f"count {count}, weight_sum {weight!r}, last_at {last:%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def _aggregate_mismatches_in_sql(model: AggregateModel, *, since: datetime | None) -> Iterator[str]:
@@ -206,7 +213,8 @@ def _aggregate_mismatches_in_sql(model: AggregateModel, *, since: datetime | Non
     sql = f"""
         WITH expected AS (
             SELECT c.target, date_trunc('hour', s.occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
-                   s.item_id, s.kind, count(*) AS count, sum(s.weight) AS weight_sum, max(s.occurred_at) AS last_at
+                   s.item_id, s.kind, count(*) AS count, sum(s.weight) AS weight_sum, max(s.occurred_at) AS last_at,
+                   sum(abs(s.weight)) AS magnitude
             FROM {signals} s CROSS JOIN LATERAL jsonb_array_elements_text(s.{credited}) AS c(target)
             JOIN {groups} g ON g.id = c.target::bigint
             WHERE s.outcome = %s AND (%s::timestamptz IS NULL OR s.occurred_at >= %s::timestamptz)
@@ -221,9 +229,9 @@ def _aggregate_mismatches_in_sql(model: AggregateModel, *, since: datetime | Non
         FROM stored a FULL OUTER JOIN expected e
           ON a.target = e.target::bigint AND a.hour = e.hour AND a.item_id = e.item_id AND a.kind = e.kind
         WHERE a.target IS NULL OR e.target IS NULL OR a.count <> e.count OR a.last_at <> e.last_at
-           OR abs(a.weight_sum - e.weight_sum) > %s * greatest(1.0, abs(e.weight_sum))
+           OR abs(a.weight_sum - e.weight_sum) > greatest(%s * greatest(1.0, abs(e.weight_sum)), %s * e.magnitude)
     """  # noqa: S608 - tables and columns are ours; every value is a parameter
-    params = [Outcome.ATTRIBUTED, since_hour, since_hour, since_hour, since_hour, RELATIVE_TOLERANCE]
+    params = [Outcome.ATTRIBUTED, since_hour, since_hour, since_hour, since_hour, RELATIVE_TOLERANCE, ORDER_TOLERANCE]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for row in cursor:
@@ -247,15 +255,17 @@ def _aggregate_mismatches_in_python(model: AggregateModel, *, since: datetime | 
     ):
         for target_id in set(targets or ()) & groups:
             key = (target_id, hour_bucket(at), item_id, kind)
-            sums = expected.setdefault(key, [0, 0.0, at])
+            sums = expected.setdefault(key, [0, 0.0, at, 0.0])
             sums[0] += 1
             sums[1] += weight
             sums[2] = max(sums[2], at)
+            sums[3] += abs(weight)
     rows = _stored_rows(model, since=since)
     for key_and_sums in rows.values_list(target, "hour", "item_id", "kind", "count", "weight_sum", "last_at"):
         key, stored = key_and_sums[:4], key_and_sums[4:]
         want = expected.pop(key, None)
-        if _differs(stored, tuple(want) if want else None):
-            yield _mismatch(model, key, stored, tuple(want) if want else None)
+        wanted = tuple(want[:3]) if want else None
+        if _differs(stored, wanted, want[3] if want else 0.0):
+            yield _mismatch(model, key, stored, wanted)
     for key, want in expected.items():
-        yield _mismatch(model, key, None, tuple(want))
+        yield _mismatch(model, key, None, tuple(want[:3]))

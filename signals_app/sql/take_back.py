@@ -21,6 +21,11 @@ from .common import (
 
 ONE_HOUR = timedelta(hours=1)
 
+# Subtracting a weight sum loses the low bits of the larger operand: where the operands are
+# this many times larger than the result (weights that nearly cancel out), the row's
+# weight sum is added up again from its remaining signals instead.
+CANCELLATION = 1e5
+
 # The signals an erasure takes back: the user's, received before the erasure's version (a
 # signal stored before receipt fences were recorded has none, and is taken back too).
 _TAKEN = "s.user_id = %(user)s AND (s.fence_at_receipt IS NULL OR s.fence_at_receipt < %(before)s)"
@@ -50,7 +55,7 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
         ids = [row[0] for row in cursor.fetchall()]
         if not ids:
             return 0, 0
-        params: dict[str, Any] = {"user": user_id, "before": before, "ids": ids}
+        params: dict[str, Any] = {"user": user_id, "before": before, "ids": ids, "cancellation": CANCELLATION}
         for group_class in GROUPS_IN_LOCK_ORDER:
             cursor.execute(_subtract_sql(group_class.aggregate_model), params)
             gone, kept = cursor.fetchone()
@@ -63,11 +68,17 @@ def take_back_signals(user_id: int, before: int) -> tuple[int, int]:
 def _subtract_sql(aggregates: type[GroupAggregate]) -> str:
     """One statement per aggregate table: the removed signals grouped by row key, the rows
     locked in key order (as the pipeline's upserts lock them: no deadlock between the two),
-    rows that fall to zero deleted, the others decremented, and ``last_at`` recomputed from
-    the remaining attributed signals only where a removed signal may have been the last.
-    The remaining signals of a row are found through the ``signal_attributed_by_item`` index."""
+    rows that fall to zero deleted, the others decremented, and, from the remaining attributed
+    signals, ``last_at`` recomputed only where a removed signal may have been the last and
+    ``weight_sum`` only where the subtraction cancels out (CANCELLATION). The remaining
+    signals of a row are found through the ``signal_attributed_by_item`` index."""
     signals, table = table_name(Signal), table_name(aggregates)
     target, credited = quoted(aggregates.group_column()), quoted(credited_column(aggregates))
+    remaining = f"""FROM {signals} s
+                       WHERE s.outcome = 1 AND s.item_id = l.item_id AND s.kind = l.kind
+                         AND s.occurred_at >= l.hour AND s.occurred_at < l.hour + interval '1 hour'
+                         AND s.{credited} @> to_jsonb(l.target)
+                         AND NOT ({_TAKEN})"""
     return f"""
         WITH removed AS (
             SELECT c.target::bigint AS target,
@@ -78,6 +89,7 @@ def _subtract_sql(aggregates: type[GroupAggregate]) -> str:
             GROUP BY 1, 2, 3, 4
         ), locked AS (
             SELECT a.id, a.count - r.n AS count, a.weight_sum - r.w AS weight_sum, a.last_at,
+                   greatest(abs(a.weight_sum), abs(r.w)) AS operands,
                    r.last AS removed_last, r.target, r.hour, r.item_id, r.kind
             FROM {table} a JOIN removed r
               ON a.{target} = r.target AND a.hour = r.hour AND a.item_id = r.item_id AND a.kind = r.kind
@@ -86,13 +98,11 @@ def _subtract_sql(aggregates: type[GroupAggregate]) -> str:
         ), gone AS (
             DELETE FROM {table} a USING locked l WHERE a.id = l.id AND l.count <= 0 RETURNING a.id
         ), kept AS (
-            UPDATE {table} a SET count = l.count, weight_sum = l.weight_sum,
+            UPDATE {table} a SET count = l.count,
+                   weight_sum = CASE WHEN l.operands <= %(cancellation)s * greatest(1.0, abs(l.weight_sum))
+                       THEN l.weight_sum ELSE coalesce((SELECT sum(s.weight) {remaining}), 0) END,
                    last_at = CASE WHEN l.last_at > l.removed_last THEN l.last_at ELSE coalesce((
-                       SELECT max(s.occurred_at) FROM {signals} s
-                       WHERE s.outcome = 1 AND s.item_id = l.item_id AND s.kind = l.kind
-                         AND s.occurred_at >= l.hour AND s.occurred_at < l.hour + interval '1 hour'
-                         AND s.{credited} @> to_jsonb(l.target)
-                         AND NOT ({_TAKEN})
+                       SELECT max(s.occurred_at) {remaining}
                    ), l.last_at) END
             FROM locked l WHERE a.id = l.id AND l.count > 0 RETURNING a.id
         )
@@ -134,16 +144,20 @@ def _take_back_in_python(user_id: int, before: int) -> tuple[int, int]:
                 row.delete()
                 continue
             row.count -= n
-            row.weight_sum -= w
-            if row.last_at <= last:
-                remaining = (
+            operands, row.weight_sum = max(abs(row.weight_sum), abs(w)), row.weight_sum - w
+            cancels = operands > CANCELLATION * max(1.0, abs(row.weight_sum))
+            if row.last_at <= last or cancels:
+                candidates = (
                     Signal.objects.filter(outcome=Outcome.ATTRIBUTED, item_id=item_id, kind=kind)
                     .filter(occurred_at__gte=hour, occurred_at__lt=hour + ONE_HOUR)
                     .exclude(taken)
-                    .values_list("occurred_at", credited_column)
+                    .values_list("occurred_at", "weight", credited_column)
                 )
-                times = [at for at, targets in remaining if target_id in (targets or ())]
-                row.last_at = max(times, default=row.last_at)
+                remaining = [(at, weight) for at, weight, targets in candidates if target_id in (targets or ())]
+                if row.last_at <= last:
+                    row.last_at = max((at for at, _ in remaining), default=row.last_at)
+                if cancels:
+                    row.weight_sum = sum(weight for _, weight in remaining)
             row.save(update_fields=["count", "weight_sum", "last_at"])
     deleted, _ = Signal.objects.filter(taken).delete()
     return deleted, rows_changed

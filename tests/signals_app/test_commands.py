@@ -65,6 +65,14 @@ def test_import_of_an_unknown_slug_fails_and_imports_nothing(groups, csv_file) -
     assert not Community.objects.filter(slug__in=["aaa", "zzz"]).exists()
 
 
+def test_a_file_that_is_not_utf8_is_named_and_imports_nothing(groups, tmp_path: Path) -> None:
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(b"community,python,1\ncommunity,py\xe9thon,2\n")
+    with pytest.raises(CommandError, match=r"not UTF-8 text \(byte 0xe9"):
+        run_command("import_memberships", str(path))
+    assert memberships() == ([], [])
+
+
 def test_import_with_create_groups_creates_them(groups, csv_file) -> None:
     out = run_command(
         "import_memberships", csv_file("community,go,1\ncohort,late,2\ncommunity,python,3\n"), "--create-groups"

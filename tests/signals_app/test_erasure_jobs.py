@@ -14,7 +14,7 @@ from community.cache import leave_gate
 from community.models import LeaveHistory
 from community.services.layer import leave_community_layer
 from signals_app.erasure import erasure_job_create, erasure_job_run, stalled_erasure_jobs_restart, user_erase
-from signals_app.models import CommunityAggregate, ErasureJob, ErasureJobUser, Signal
+from signals_app.models import CommunityAggregate, ErasureJob, Signal
 from signals_app.services.processing import signals_process
 from signals_app.verification import verify_stop_forward
 from tests.factories import UserFactory
@@ -55,21 +55,38 @@ def test_a_job_erases_each_user_and_records_each_receipt(three_users) -> None:
     assert verify_stop_forward(progress=False).passed
 
 
-def test_a_job_run_again_after_a_worker_died_resumes_where_it_stopped(three_users) -> None:
+def test_a_job_run_again_after_a_worker_died_resumes_where_it_stopped(three_users, monkeypatch) -> None:
+    from django.db import OperationalError
+
+    from signals_app import erasure
+
     job = erasure_job_create(user_ids=[401, 402, 403], source="api")
-    # The killed run: user 401 erased and recorded, user 402 erased but not yet recorded.
-    erasure_job_run_one = user_erase(user_id=401)
-    ErasureJobUser.objects.filter(job=job, user_id=401).update(
-        state="done", version=erasure_job_run_one.version, signals_removed=2
-    )
-    user_erase(user_id=402)
+    take_back = erasure.take_back_signals
+
+    def dies_at_402(user_id: int, before: int) -> tuple[int, int]:
+        if user_id == 402:
+            raise OperationalError("the connection died")  # 402's erasure rolls back whole
+        return take_back(user_id, before)
+
+    monkeypatch.setattr(erasure, "take_back_signals", dies_at_402)
+    with pytest.raises(OperationalError):
+        erasure_job_run(job_id=job.pk)
+    assert job.users.get(user_id=401).state == "done" and job.users.get(user_id=402).state == "pending"
+    monkeypatch.setattr(erasure, "take_back_signals", take_back)
     history = LeaveHistory.objects.count()
     job = erasure_job_run(job_id=job.pk)
-    assert LeaveHistory.objects.count() == history + 1  # only 403 is new
+    assert LeaveHistory.objects.count() == history + 2  # 402 and 403; 401 was done
     entry = job.users.get(user_id=402)
     assert (entry.state, entry.signals_removed, entry.already_erased) == ("done", 1, False)  # this job's erasure
     assert job.users.get(user_id=401).signals_removed == 2
     assert erasure_job_run(job_id=job.pk).state == "done"  # delivered once more: nothing to do
+
+
+def test_a_user_erased_by_someone_else_after_the_job_was_made_is_reported_as_already_erased(three_users) -> None:
+    job = erasure_job_create(user_ids=[401], source="api")
+    assert user_erase(user_id=401).signals_removed == 2
+    entry = erasure_job_run(job_id=job.pk).users.get()
+    assert (entry.already_erased, entry.signals_removed) == (True, 2)  # that erasure's receipt, not the job's
 
 
 def test_a_user_erased_before_the_job_is_reported_as_already_erased(three_users) -> None:

@@ -31,4 +31,6 @@ class Command(BaseCommand):
                     report = memberships_import(lines=handle, create_groups=create_groups)
         except (MembershipImportError, OSError) as exc:
             raise CommandError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}: {exc.reason})") from None
         self.stdout.write(f"added {report.added}, already there {report.already}, groups created {report.created}")
