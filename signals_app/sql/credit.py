@@ -146,7 +146,11 @@ Mark = tuple[int, int, int | None, Sequence[int] | None, Sequence[int] | None]
 
 
 def _credit_and_mark_in_python(
-    cohorts: Sequence[int], communities: Sequence[int], reasons: Mapping[int, int | None], at: datetime, fence: int
+    cohorts: Sequence[int],
+    communities: Sequence[int],
+    reasons: Mapping[int, int | None],
+    processed_at: datetime,
+    fence: int,
 ) -> dict[int, int]:
     rows = Signal.objects.filter(id__in=set(cohorts) | set(communities)).values_list(
         "id", "user_id", "item_id", "kind", "weight", "occurred_at"
@@ -163,15 +167,15 @@ def _credit_and_mark_in_python(
             by_user.setdefault(user_id, []).append(target_id)
         increments: Increments = {}
         for signal_id in ids:
-            user_id, item_id, kind, weight, at = signals[signal_id]
+            user_id, item_id, kind, weight, occurred_at = signals[signal_id]
             targets = sorted(by_user.get(user_id, ()))
             credits[signal_id][slot].extend(targets)
             for target_id in targets:
-                key = (target_id, hour_bucket(at), item_id, kind)
-                current = increments.setdefault(key, [0, 0.0, at])
+                key = (target_id, hour_bucket(occurred_at), item_id, kind)
+                current = increments.setdefault(key, [0, 0.0, occurred_at])
                 current[0] += 1
                 current[1] += weight
-                current[2] = max(current[2], at)
+                current[2] = max(current[2], occurred_at)
         _add_to_aggregates(group_class.aggregate_model, increments)
     marks: list[Mark] = []
     counts: dict[int, int] = {}
@@ -186,7 +190,7 @@ def _credit_and_mark_in_python(
             mark = (signal_id, Outcome.NO_TARGET, None, None, None)
         counts[mark[1]] = counts.get(mark[1], 0) + 1
         marks.append(mark)
-    _mark_outcomes(marks, at, fence)
+    _mark_outcomes(marks, processed_at, fence)
     return counts
 
 

@@ -383,6 +383,17 @@ def test_requeue_respects_its_limit(sender, enqueued) -> None:
 # --- outcome summary ---------------------------------------------------------------------------
 
 
+def test_processed_at_is_when_the_batch_ran_not_when_the_signal_occurred(sender, community) -> None:
+    join(USER, community)
+    ids = ingest(sender, sig(USER), sig(USER + 2))  # attributed, no target; both occurred hours ago
+    before = timezone.now()
+    signals_process(signal_ids=ids)
+    after = timezone.now()
+    stamps = list(Signal.objects.filter(pk__in=ids).values_list("processed_at", flat=True))
+    assert len(stamps) == 2
+    assert all(before <= stamp <= after for stamp in stamps), stamps
+
+
 def test_outcome_summary_counts_by_outcome_for_the_last_hour_and_day(sender, community) -> None:
     join(USER, community)
     leave_community_layer(user_id=USER + 1)
