@@ -124,27 +124,27 @@ class Bench(Results):
         self.fence(10)
 
         dense = f"{ACTIVE_SHARE:.0%} ACTIVE"
-        records = self.load(opts.records, ACTIVE_SHARE)
-        self.warm(records, dense, DENSE_BYTES_BUDGET)
+        records = self.warm(ACTIVE_SHARE, dense, DENSE_BYTES_BUDGET)
         self.fence(len(records))
         self.gate_check(records)
         self.syncs({user_id for user_id, _ in records})
-        # The same ids, all LEFT: its warm time is for information.
-        self.warm(self.load(opts.records, 0.0), "all LEFT", DENSE_BYTES_BUDGET, time_budget=False)
-        sparse = f"{dense}, sparse ids (1..2^32)"
-        self.warm(self.load(opts.records, ACTIVE_SHARE, SPARSE_SPACE), sparse, SPARSE_BYTES_BUDGET)
+        self.warm(0.0, "all LEFT", DENSE_BYTES_BUDGET, time_budget=False)  # the same ids; its time for information
+        self.warm(ACTIVE_SHARE, f"{dense}, sparse ids (1..2^32)", SPARSE_BYTES_BUDGET, space=SPARSE_SPACE)
         if opts.scale_records:
             self.scale(opts.scale_records)
         self.sort()
 
-    def load(self, count: int, active_share: float, space: int | None = None) -> list[tuple[int, bytes]]:
-        """The table emptied, then ``count`` records made by tools.leave_records."""
-        progress(
-            f"loading {count:,} records, {active_share:.0%} ACTIVE, ids from 1..{space or tools.ID_SPACE * count:,}"
-        )
-        records = tools.leave_records(count, active_share=active_share, seed=self.options.seed, space=space)
+    def load(self, count: int, share: float, label: str = "", space: int | None = None) -> list[tuple[int, bytes]]:
+        """The table emptied, then ``count`` records of tools.leave_records; with a ``label``, the load's time noted."""
+        progress(f"making and loading {count:,} records {label}")
+        records = tools.leave_records(count, active_share=share, seed=self.options.seed, space=space)
         self.conn.execute(f"TRUNCATE {TABLE}")
+        started = time.perf_counter()
         tools.copy_records(self.conn, TABLE, records)
+        if label:
+            self.note(
+                f"0. load {count:,} records, {label} (COPY BINARY + VACUUM ANALYZE)", ms(time.perf_counter() - started)
+            )
         return records
 
     def floor_fetch(self) -> list[tuple[Any, ...]]:
@@ -153,9 +153,11 @@ class Bench(Results):
     # --- budget 2: warming ---------------------------------------------------------------
 
     def warm(
-        self, records: Sequence[tuple[int, bytes]], label: str, memory_budget: int, time_budget: bool = True
-    ) -> None:
+        self, share: float, label: str, memory_budget: int, *, space: int | None = None, time_budget: bool = True
+    ) -> list[tuple[int, bytes]]:
+        """Load ``self.options.records`` records, then measure their warm; returns the records."""
         opts = self.options
+        records = self.load(opts.records, share, label, space)
         count = len(records)
         progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
         cases = {"floor": (lambda: None, self.floor_fetch), "warm": (leave_cache.reset, leave_gate)}
@@ -201,6 +203,7 @@ class Bench(Results):
             f"{mib(floor_peak)} (fetchall)",
             ratio(child["peak"] / floor_peak),
         )
+        return records
 
     # --- at scale: many gated users, time and memory only ---------------------------------
 
@@ -249,14 +252,9 @@ class Bench(Results):
         with CaptureQueriesContext(connection) as captured:
             leave_gate()
         queries = len(captured.captured_queries)
-        self.budget(
-            f"3. fence, nothing changed, {count:,} records: queries per gate()",
-            str(queries),
-            "",
-            "",
-            f"exactly {FENCE_QUERIES_BUDGET}",
-            queries == FENCE_QUERIES_BUDGET,
-        )
+        name = f"3. fence, nothing changed, {count:,} records: queries per gate()"
+        budget = f"exactly {FENCE_QUERIES_BUDGET}"
+        self.budgets.append(Row(name, str(queries), budget=budget, passed=queries == FENCE_QUERIES_BUDGET))
         with self.conn.cursor() as cursor:
             timing = tools.statement_rounds(
                 {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},

@@ -41,8 +41,8 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
 
 
-def mib(size: int | None) -> str:
-    return "n/a" if size is None else f"{size / 2**20:,.1f} MiB"
+def mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
 
 
 def ratio(value: float) -> str:

@@ -82,19 +82,12 @@ def leave_records(count: int, *, active_share: float, seed: int, space: int | No
     rng = random.Random(seed)
     ids = rng.sample(range(1, (space or ID_SPACE * count) + 1), count)
     active = round(count * active_share)
-    return [
-        (
-            user_id,
-            serialize_membership(
-                CommunityMembership(
-                    user_id,
-                    MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT,
-                    LEFT_AT_BASE_NS + index * 10**9,
-                )
-            ),
-        )
-        for index, user_id in enumerate(ids)
-    ]
+
+    def record(index: int, user_id: int) -> tuple[int, bytes]:
+        status = MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT
+        return user_id, serialize_membership(CommunityMembership(user_id, status, LEFT_AT_BASE_NS + index * 10**9))
+
+    return [record(index, user_id) for index, user_id in enumerate(ids)]
 
 
 def absent_ids(present: set[int], count: int, *, space: int, rng: random.Random) -> list[int]:
