@@ -1,9 +1,5 @@
-"""What the benchmark scripts share: arguments, a database of their own, the machine's facts,
-and printing and writing their results.
-
-Each script creates its own PostgreSQL database, points Django at it (forced, not defaulted:
-the script drops it), migrates it, and drops it at the end, also on error, Ctrl-C or SIGTERM.
-"""
+"""What the benchmark scripts share: arguments, a database of their own (``database``), the
+machine's facts, and printing and writing their results."""
 
 from __future__ import annotations
 
@@ -58,13 +54,6 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join([str(shown), f"bench/{script}", *argv])  # run from the project folder
 
 
-def run_sql(url: str, sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(sql)  # our own fixed statements
-
-
 def database_exists(server: str, name: str) -> bool:
     import psycopg
 
@@ -81,8 +70,9 @@ def database(
     name: str, server: str, env: dict[str, str] | None = None, *, debug: str | None = "false", keep: bool = False
 ) -> Iterator[str]:
     """A new database ``name`` (unless ``keep`` and it exists) that Django is set up on and has
-    migrated; yields its URL. ``env`` is forced; DEBUG (production's: dev's default DEBUG=True
-    logs every query) and LOG_LEVEL=WARNING are defaults. Dropped at the end unless ``keep``."""
+    migrated; yields its URL. ``env`` is forced (the database too: the script drops it); DEBUG
+    (production's: dev's default DEBUG=True logs every query) and LOG_LEVEL=WARNING are
+    defaults. Dropped at the end unless ``keep``, also on error, Ctrl-C or SIGTERM."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = server.rstrip("/")
     url = f"{server}/{name}"
@@ -91,11 +81,17 @@ def database(
     if debug is not None:
         os.environ.setdefault("DEBUG", debug)
     sys.path.insert(0, str(PROJECT_DIR))
-    admin = f"{server}/postgres"
-    if not (keep and database_exists(server, name)):
-        run_sql(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        run_sql(admin, f"CREATE DATABASE {name}")
     import django
+    import psycopg
+
+    def drop_database(*, then_create: bool) -> None:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            if then_create:
+                conn.execute(f"CREATE DATABASE {name}")
+
+    if not (keep and database_exists(server, name)):
+        drop_database(then_create=True)
 
     try:
         django.setup()
@@ -112,7 +108,7 @@ def database(
 
             connections.close_all()
         if not keep:
-            run_sql(admin, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            drop_database(then_create=False)
 
 
 def child_env() -> dict[str, str]:

@@ -29,10 +29,10 @@ START, END = "<!-- bench:erasure:start -->", "<!-- bench:erasure:end -->"
 BUDGET = 2.0
 
 
-def floor_erase(database_url: str, user_id: int) -> float:
+def floor_erase(user_id: int) -> float:
     """The hand-written floor; returns its seconds."""
     started = time.perf_counter()
-    with psycopg.connect(database_url) as conn, conn.transaction():
+    with psycopg.connect(os.environ["DATABASE_URL"]) as conn, conn.transaction():
         conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM signals_app_signal WHERE user_id = %s FOR UPDATE) t", [user_id]
         )
@@ -67,31 +67,29 @@ def floor_erase(database_url: str, user_id: int) -> float:
     return time.perf_counter() - started
 
 
-def fill(database_url: str, *, erased: list[int], signals: int, sender: int, groups: tuple[list[int], ...]) -> None:
-    communities, cohorts = (str(ids) for ids in groups)
-    with psycopg.connect(database_url) as conn:
-        common = (
-            "INSERT INTO signals_app_signal (sender_id, user_id, item_id, kind, weight, occurred_at, received_at,"
-            " outcome, processed_at, fence_at_receipt, fence_at_processing, credited_communities, credited_cohorts,"
-            " error) SELECT %(sender)s, {user}, g %% 500, (ARRAY['view','like','share'])[1 + g %% 3],"
-            " 1 + (g %% 4) * 0.5, date_trunc('hour', now()) - interval '1 day' + (g %% 1440) * interval '1 minute'"
-            " + {offset}, now(), 1, now(), 0, 0, %(communities)s::jsonb, %(cohorts)s::jsonb, ''"
-        )
-        params = {"sender": sender, "communities": communities, "cohorts": cohorts, "n": signals}
+def fill(url: str, erased: list[int], signals: int, sender: int, groups: tuple[list[int], list[int]]) -> None:
+    """``signals`` attributed signals of each erased user, the same number in all for 200 others, a few
+    seconds earlier in each minute on the same items, and the aggregates they add up to."""
+    insert = (
+        "INSERT INTO signals_app_signal (sender_id, user_id, item_id, kind, weight, occurred_at, received_at,"
+        " outcome, processed_at, fence_at_receipt, fence_at_processing, credited_communities, credited_cohorts,"
+        " error) SELECT %(sender)s, {user}, g %% 500, (ARRAY['view','like','share'])[1 + g %% 3],"
+        " 1 + (g %% 4) * 0.5, date_trunc('hour', now()) - interval '1 day' + (g %% 1440) * interval '1 minute'"
+        " + {offset}, now(), 1, now(), 0, 0, %(communities)s::jsonb, %(cohorts)s::jsonb, ''"
+    )
+    params = {"sender": sender, "communities": str(groups[0]), "cohorts": str(groups[1]), "n": signals}
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            common.format(user="u", offset="interval '7 seconds'")
+            insert.format(user="u", offset="interval '7 seconds'")
             + " FROM unnest(%(users)s::bigint[]) u, generate_series(1, %(n)s) g",
             {**params, "users": erased},
         )
-        # Others: 200 users, ``signals`` signals in all, a few seconds earlier in each minute.
         conn.execute(
-            common.format(user="1000 + g %% 200", offset="interval '3 seconds'")
+            insert.format(user="1000 + g %% 200", offset="interval '3 seconds'")
             + " FROM generate_series(1, %(n)s) g WHERE g %% 5 <> 0",
             params,
         )
         tools.add_up_aggregates(conn)
-        conn.commit()
-        conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
 
 
@@ -100,8 +98,8 @@ def main(argv: list[str]) -> int:
     parser.set_defaults(server=os.environ.get("BENCH_PG_SERVER", common.SERVER))
     parser.add_argument("--signals", type=int, help="attributed signals of each erased user (default 100,000)")
     parser.add_argument("--rounds", type=int, help="default 3")
-    options = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
-    with common.database(DATABASE, options.server, debug=None) as database_url:
+    args = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
+    with common.database(DATABASE, args.server, debug=None) as url:
         from django.contrib.auth import get_user_model
 
         from community.models import Cohort, Community
@@ -112,40 +110,40 @@ def main(argv: list[str]) -> int:
         sender = get_user_model().objects.create(username="bench-sender")
         communities = [Community.objects.create(slug=f"c{i}", name=f"C{i}").pk for i in range(3)]
         cohorts = [Cohort.objects.create(slug=f"k{i}", name=f"K{i}").pk for i in range(2)]
-        erased = list(range(1, 2 * options.rounds + 1))
         started = time.perf_counter()
-        fill(database_url, erased=erased, signals=options.signals, sender=sender.pk, groups=(communities, cohorts))
+        fill(url, list(range(1, 2 * args.rounds + 1)), args.signals, sender.pk, (communities, cohorts))
         filled = time.perf_counter() - started
         total = Signal.objects.count()
+        receipts: list[Any] = []
+
+        def product_erase(user_id: int) -> float:
+            started = time.perf_counter()
+            receipts.append(user_erase(user_id=user_id))
+            return time.perf_counter() - started
+
         product: list[float] = []
         floor: list[float] = []
-        receipts: list[Any] = []
-        for round_ in range(options.rounds):
-            mine, theirs = erased[2 * round_], erased[2 * round_ + 1]
-            for step in ["product", "floor"] if round_ % 2 == 0 else ["floor", "product"]:
-                if step == "product":
-                    t0 = time.perf_counter()
-                    receipts.append(user_erase(user_id=mine))
-                    product.append(time.perf_counter() - t0)
-                else:
-                    floor.append(floor_erase(database_url, theirs))
+        for round_ in range(args.rounds):
+            # Users 2r+1 for the product, 2r+2 for the floor; which goes first alternates.
+            steps = [(product, product_erase, 2 * round_ + 1), (floor, floor_erase, 2 * round_ + 2)]
+            for seconds, erase, user_id in steps if round_ % 2 == 0 else steps[::-1]:
+                seconds.append(erase(user_id))
         verified = verify_stop_forward(progress=False)
     p, f = statistics.median(product), statistics.median(floor)
     ratio = p / f
     receipt = receipts[0]
-    ok = ratio <= BUDGET and verified.passed
     text = f"""## Erasure
 
-Erasing one user with {options.signals:,} attributed signals (credited to 3 communities and 2
+Erasing one user with {args.signals:,} attributed signals (credited to 3 communities and 2
 cohorts: {receipt.aggregate_rows_changed:,} aggregate rows changed, most shared with 200 other
 users, so decremented with `last_at` recomputed; the user's own rows deleted), in a database
 of {total:,} signals, against a hand-written SQL floor doing the same subtraction and deletion
 in the same run (plain psycopg, one transaction: lock, one statement per aggregate table, one
-DELETE; no history row, no fence, no settle pass). Median of {options.rounds} rounds, order
+DELETE; no history row, no fence, no settle pass). Median of {args.rounds} rounds, order
 alternating. Produced by:
 
 ```
-.venv/bin/python bench/erasure.py --signals {options.signals} --rounds {options.rounds}
+.venv/bin/python bench/erasure.py --signals {args.signals} --rounds {args.rounds}
 ```
 
 | | seconds (median) | rounds |
@@ -161,17 +159,13 @@ Segment "mostly within 24 hours, up to 30 days"; RudderStack forwards the deleti
 destinations; PostHog deletes persons in a weekly batch; Amplitude schedules 10 to 13 days out
 and finishes "within 30 days"; mParticle waits 7 days, then takes up to 14. Here the
 aggregates are exact and the signals gone when the answer returns: {p:.2f} s for
-{options.signals:,} signals.
+{args.signals:,} signals.
 
 """
-    print(text)
-    for line in verified.named[:10]:
-        print("counterexample:", line)
-    if not options.no_write:
-        from bench import report
-
-        report.write_section(options.output, text, start=START, end=END)
-    return 0 if ok else 1
+    failed = [f"verify_stop_forward afterwards: {line}" for line in verified.named[:10]]
+    command = common.command_line("erasure.py", argv)
+    passed = ratio <= BUDGET and verified.passed
+    return common.conclude(args, command, [text], failed, passed, lambda: text, (START, END))
 
 
 if __name__ == "__main__":

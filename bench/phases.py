@@ -5,18 +5,19 @@ Imported only after ``django.setup()``: run.py owns the database and the setting
 
 from __future__ import annotations
 
-import json
+import ctypes
+import gc
+import multiprocessing
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import django
 import psycopg
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -25,7 +26,6 @@ from bench import tools
 from bench.common import progress
 from bench.report import Results, Row, mib, ms, ns, ratio, us
 from community.cache import leave_cache, leave_gate
-from community.cache.gate import LeaveGate
 from community.membership import MembershipStatus
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer
@@ -41,51 +41,76 @@ DENSE_BYTES_BUDGET = 4  # per gated user, ids from 1 to 10x the records
 SPARSE_BYTES_BUDGET = 16  # per gated user, ids from 1 to SPARSE_SPACE
 SPARSE_SPACE = 2**32  # the whole 32-bit id space: one gated user in ~4,300 ids at 1,000,000
 FENCE_QUERIES_BUDGET = 1
+ACTIVE_SHARE = 0.10
+PROBES = 200_000
+SYNC_STEPS = (1, 100, 10_000)
 LEAVE_CHUNK = 1_000
 
 
 @dataclass(frozen=True)
 class Options:
     records: int
-    active_share: float
-    warm_rounds: int
-    lookup_rounds: int
-    probes: int
-    fence_rounds: int
-    fence_calls: int
-    sync_steps: tuple[int, ...]
-    sync_rounds: int
     seed: int
     scale_records: int = 0  # an extra warm of this many gated users, for time and memory only
+    warm_rounds: int = 7
+    lookup_rounds: int = 31
+    fence_rounds: int = 7
+    fence_calls: int = 1_000
+    sync_rounds: int = 3
 
 
-def gate() -> LeaveGate:
-    return leave_gate()
-
-
-def cold_gate() -> LeaveGate:
-    """Forget the cache, then sync: a full warm from the records."""
-    leave_cache.reset()
-    return gate()
-
-
-def in_fresh_process(what: str) -> dict[str, Any]:
-    """What bench/rss_child.py measures in a fresh process ("warm", "floor", "retained")."""
-    child = Path(__file__).with_name("rss_child.py")
-    done = subprocess.run([sys.executable, str(child), what], check=True, capture_output=True, text=True)
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
-
-
-def rss_in_fresh_process(what: str) -> int | None:
-    """Peak resident memory rise of one warm ("warm") or one floor fetchall ("floor"), in bytes."""
-    peak: int | None = in_fresh_process(what)["peak"]
-    return peak
+QUICK = {"warm_rounds": 3, "lookup_rounds": 10, "fence_rounds": 3, "fence_calls": 300, "sync_rounds": 1}
 
 
 def is_gated(value: bytes) -> bool:
     """The gate's rule for one stored record, from the bytes the benchmark wrote."""
     return value[0] != MembershipStatus.ACTIVE
+
+
+def in_fresh_process(measure: Callable[[], Any]) -> Any:
+    """``measure`` (a function of this module) in a new interpreter, spawned rather than forked
+    so that it has no freed memory of this one's to reuse; Django is set up there first."""
+    with multiprocessing.get_context("spawn").Pool(1, initializer=django.setup) as pool:
+        return pool.apply(measure)
+
+
+def _peak_rise(fn: Callable[[], object]) -> tuple[float, int]:
+    """Seconds of ``fn`` and how far the resident set rose above its start meanwhile, libpq's
+    result buffer included (Linux: 5 in /proc/self/clear_refs resets the high-water mark)."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = tools.status_kib("VmRSS")
+    started = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - started
+    return seconds, (tools.status_kib("VmHWM") - before) * 1024
+
+
+def _settled_rss() -> int:
+    """The resident set once the garbage collector and glibc's malloc_trim have given back what was freed."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return tools.status_kib("VmRSS") * 1024
+
+
+def warm_in_child() -> dict[str, Any]:
+    """A fresh process's first warm: its time and peak. That warm also sets up what a process
+    keeps anyway (modules, compiled queries, the connection's buffers), so what a second warm
+    keeps, the gate dropped between, is the gate's own memory (the bitmap, unseen by tracemalloc)."""
+    LeaveClock.objects.get(pk=1)  # connect first: the connection is not the warm's cost
+    seconds, peak = _peak_rise(leave_gate)
+    leave_cache.reset()
+    before = _settled_rss()
+    leave_gate()
+    retained = _settled_rss() - before
+    rss = tools.status_kib("VmRSS") * 1024
+    return {"seconds": seconds, "peak": peak, "retained": retained, "held": leave_cache.size, "rss": rss}
+
+
+def floor_in_child() -> int:
+    """The resident-set peak of the floor's fetchall in a fresh process."""
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        return _peak_rise(lambda: conn.execute(FLOOR_WARM_SQL).fetchall())[1]
 
 
 @dataclass
@@ -95,123 +120,90 @@ class Bench(Results):
 
     def run(self) -> None:
         opts = self.options
-        small = tools.leave_records(10, active_share=opts.active_share, seed=opts.seed + 1)
-        self.load(small)
-        self.fence(len(small))
-        self.truncate()
+        self.load(10, ACTIVE_SHARE)
+        self.fence(10)
 
-        progress(f"making and loading {opts.records:,} records ({opts.active_share:.0%} ACTIVE)")
-        records = tools.leave_records(opts.records, active_share=opts.active_share, seed=opts.seed)
-        label = f"{opts.active_share:.0%} ACTIVE"
-        self.load(records, label)
-        self.warm(records, label, budget=True)
+        dense = f"{ACTIVE_SHARE:.0%} ACTIVE"
+        records = self.warm(ACTIVE_SHARE, dense, DENSE_BYTES_BUDGET)
         self.fence(len(records))
         self.gate_check(records)
         self.syncs({user_id for user_id, _ in records})
-
-        progress(f"reloading the same {opts.records:,} ids, all LEFT")
-        all_left = tools.leave_records(opts.records, active_share=0.0, seed=opts.seed)
-        del records
-        self.truncate()
-        self.load(all_left, "all LEFT")
-        self.warm(all_left, "all LEFT", budget=False)
-        del all_left
-
-        progress(f"sparse ids: {opts.records:,} records drawn from 1..2^32")
-        sparse = tools.leave_records(opts.records, active_share=opts.active_share, seed=opts.seed, space=SPARSE_SPACE)
-        self.truncate()
-        sparse_label = f"{opts.active_share:.0%} ACTIVE, sparse ids (1..2^32)"
-        self.load(sparse, sparse_label)
-        self.warm(sparse, sparse_label, budget=True, memory_budget=SPARSE_BYTES_BUDGET)
-        del sparse
+        self.warm(0.0, "all LEFT", DENSE_BYTES_BUDGET, time_budget=False)  # the same ids; its time for information
+        self.warm(ACTIVE_SHARE, f"{dense}, sparse ids (1..2^32)", SPARSE_BYTES_BUDGET, space=SPARSE_SPACE)
         if opts.scale_records:
             self.scale(opts.scale_records)
-
         self.sort()
 
-    # --- data --------------------------------------------------------------------------
-
-    def load(self, records: Sequence[tuple[int, bytes]], label: str = "") -> None:
+    def load(self, count: int, share: float, label: str = "", space: int | None = None) -> list[tuple[int, bytes]]:
+        """The table emptied, then ``count`` records of tools.leave_records; with a ``label``, the load's time noted."""
+        progress(f"making and loading {count:,} records {label}")
+        records = tools.leave_records(count, active_share=share, seed=self.options.seed, space=space)
+        self.conn.execute(f"TRUNCATE {TABLE}")
         started = time.perf_counter()
         tools.copy_records(self.conn, TABLE, records)
         if label:
-            elapsed = ms(time.perf_counter() - started)
-            self.note(f"0. load {len(records):,} records, {label} (COPY BINARY + VACUUM ANALYZE)", elapsed)
-
-    def truncate(self) -> None:
-        self.conn.execute(f"TRUNCATE {TABLE}")
+            self.note(
+                f"0. load {count:,} records, {label} (COPY BINARY + VACUUM ANALYZE)", ms(time.perf_counter() - started)
+            )
+        return records
 
     def floor_fetch(self) -> list[tuple[Any, ...]]:
-        with self.conn.cursor() as cursor:
-            cursor.execute(FLOOR_WARM_SQL)
-            return cursor.fetchall()
+        return self.conn.execute(FLOOR_WARM_SQL).fetchall()
 
     # --- budget 2: warming ---------------------------------------------------------------
 
     def warm(
-        self, records: Sequence[tuple[int, bytes]], label: str, *, budget: bool, memory_budget: int = DENSE_BYTES_BUDGET
-    ) -> None:
+        self, share: float, label: str, memory_budget: int, *, space: int | None = None, time_budget: bool = True
+    ) -> list[tuple[int, bytes]]:
+        """Load ``self.options.records`` records, then measure their warm; returns the records."""
         opts = self.options
+        records = self.load(opts.records, share, label, space)
         count = len(records)
         progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
-        cases = {
-            "floor": tools.Case(run=self.floor_fetch),
-            "warm": tools.Case(run=gate, prepare=leave_cache.reset),
-        }
+        cases = {"floor": (lambda: None, self.floor_fetch), "warm": (leave_cache.reset, leave_gate)}
         tools.time_rounds(cases, 1)  # untimed: first use of each path
         timing = tools.time_rounds(cases, opts.warm_rounds)
-        floor, warm = timing["floor"].median, timing["warm"].median
-        (self.budgets if budget else self.info).append(
-            Row(
-                f"2a. warm from {count:,} records, {label} (median of {opts.warm_rounds})",
-                f"{ms(warm)} (best {ms(timing['warm'].best)})",
-                f"{ms(floor)} (best {ms(timing['floor'].best)})",
-                ratio(warm / floor),
-                f"≤ {WARM_BUDGET:g}x",
-                warm / floor <= WARM_BUDGET if budget else None,
-            ),
+        floor, warm = statistics.median(timing["floor"]), statistics.median(timing["warm"])
+        row = Row(
+            f"2a. warm from {count:,} records, {label} (median of {opts.warm_rounds})",
+            f"{ms(warm)} (best {ms(min(timing['warm']))})",
+            f"{ms(floor)} (best {ms(min(timing['floor']))})",
+            ratio(warm / floor),
+            f"≤ {WARM_BUDGET:g}x",
+            warm / floor <= WARM_BUDGET if time_budget else None,
         )
+        (self.budgets if time_budget else self.info).append(row)
 
         expected = {user_id for user_id, value in records if is_gated(value)}
-        warmed = cold_gate()
+        leave_cache.reset()
+        warmed = leave_gate()
         self.check(
             leave_cache.size == len(expected)
             and all(warmed.is_left(user_id) == (user_id in expected) for user_id, _ in records),
             f"the warmed cache gates exactly the LEFT records ({label})",
         )
-        del warmed
 
         progress(f"memory of the warm, {label}")
-        held_gate, use = tools.traced(gate)
-        del held_gate
-        retained = in_fresh_process("retained")
-        held = retained["held"]
-        per_user = retained["retained"] / held
+        child = in_fresh_process(warm_in_child)
+        held, retained = child["held"], child["retained"]
         set_floor = tools.set_floor_bytes(expected)
         self.budget(
             f"2b. memory a warmed process keeps per gated user, {label} ({held:,} held; resident set"
             " after malloc_trim, fresh process)",
-            f"{per_user:.1f} B ({mib(retained['retained'])})",
+            f"{retained / held:.1f} B ({mib(retained)})",
             f"{set_floor / held:.1f} B (a Python set of the same ids)",
-            ratio(retained["retained"] / set_floor),
+            ratio(retained / set_floor),
             f"≤ {memory_budget} B/user",
-            per_user <= memory_budget,
+            retained / held <= memory_budget,
         )
-        floor_rows, floor_use = tools.traced(self.floor_fetch)
-        del floor_rows
-        self.note(
-            f"2b. peak Python memory during warm (tracemalloc), {label}",
-            f"{mib(use.peak)} ({use.peak / held:.0f} B/held)",
-            f"{mib(floor_use.peak)} (fetchall)",
-            ratio(use.peak / floor_use.peak),
-        )
-        warm_rss, floor_rss = rss_in_fresh_process("warm"), rss_in_fresh_process("floor")
+        floor_peak = in_fresh_process(floor_in_child)
         self.note(
             f"2b. peak resident memory rise during warm, fresh process (VmHWM), {label}",
-            f"{mib(warm_rss)} ({warm_rss / held:.0f} B/held)" if warm_rss else "n/a",
-            f"{mib(floor_rss)} (fetchall)" if floor_rss else "n/a",
-            ratio(warm_rss / floor_rss) if warm_rss and floor_rss else "",
+            f"{mib(child['peak'])} ({child['peak'] / held:.0f} B/held)",
+            f"{mib(floor_peak)} (fetchall)",
+            ratio(child["peak"] / floor_peak),
         )
+        return records
 
     # --- at scale: many gated users, time and memory only ---------------------------------
 
@@ -221,68 +213,57 @@ class Bench(Results):
         for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
         of 2 Celery children: each holds its own gate)."""
         progress(f"at scale: {count:,} gated users, made in SQL")
-        self.truncate()
-        with self.conn.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {TABLE} (user_id, value) "
-                "SELECT n * 10, '\\x01'::bytea || int8send(n) FROM generate_series(1, %s) n",
-                [count],
-            )
-            cursor.execute(f"VACUUM ANALYZE {TABLE}")
-        retained = in_fresh_process("retained")
-        floor_started = time.perf_counter()
-        rows = self.floor_fetch()
-        floor = time.perf_counter() - floor_started
-        del rows
+        self.conn.execute(f"TRUNCATE {TABLE}")
+        self.conn.execute(
+            f"INSERT INTO {TABLE} (user_id, value) "
+            "SELECT n * 10, '\\x01'::bytea || int8send(n) FROM generate_series(1, %s) n",
+            [count],
+        )
+        self.conn.execute(f"VACUUM ANALYZE {TABLE}")
+        child = in_fresh_process(warm_in_child)
+        floor = tools.time_rounds({"floor": (lambda: None, self.floor_fetch)}, 1)["floor"][0]
+        held, retained = child["held"], child["retained"]
         processes = (os.cpu_count() or 1) * 2 + 1 + 2
-        per_user = retained["retained"] / retained["held"]
         self.note(
-            f"4. warm of {retained['held']:,} gated users in a fresh process",
-            f"{retained['seconds']:.2f} s",
+            f"4. warm of {held:,} gated users in a fresh process",
+            f"{child['seconds']:.2f} s",
             f"{floor:.2f} s (psycopg fetchall of the same ids)",
-            ratio(retained["seconds"] / floor),
+            ratio(child["seconds"] / floor),
         )
         self.note(
-            f"4. memory a process keeps for {retained['held']:,} gated users; its whole resident set",
-            f"{mib(retained['retained'])} ({per_user:.1f} B/user); {mib(retained['rss'])}",
-            f"{mib(retained['held'] * 65)} (a Python set, ~65 B/user)",
+            f"4. memory a process keeps for {held:,} gated users; its whole resident set",
+            f"{mib(retained)} ({retained / held:.1f} B/user); {mib(child['rss'])}",
+            f"{mib(held * 65)} (a Python set, ~65 B/user)",
         )
         self.note(
             f"4. the machine's total, {processes} processes with a gate ({processes - 2} web, 2 worker children)",
-            f"{mib(retained['retained'] * processes)}",
-            f"{mib(retained['held'] * 65 * processes)} (with Python sets)",
+            mib(retained * processes),
+            f"{mib(held * 65 * processes)} (with Python sets)",
         )
-        self.truncate()
 
     # --- budget 3: the fence -------------------------------------------------------------
 
     def fence(self, count: int) -> None:
         opts = self.options
         progress(f"fence, nothing changed, {count:,} records")
-        cache = leave_cache
-        cold_gate()
-        warms = cache.warms
+        leave_cache.reset()
+        leave_gate()
+        warms = leave_cache.warms
         with CaptureQueriesContext(connection) as captured:
-            gate()
+            leave_gate()
         queries = len(captured.captured_queries)
-        self.budget(
-            f"3. fence, nothing changed, {count:,} records: queries per gate()",
-            str(queries),
-            "",
-            "",
-            f"exactly {FENCE_QUERIES_BUDGET}",
-            queries == FENCE_QUERIES_BUDGET,
-        )
+        name = f"3. fence, nothing changed, {count:,} records: queries per gate()"
+        budget = f"exactly {FENCE_QUERIES_BUDGET}"
+        self.budgets.append(Row(name, str(queries), budget=budget, passed=queries == FENCE_QUERIES_BUDGET))
         with self.conn.cursor() as cursor:
-            namespace = {"gate": gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)}
             timing = tools.statement_rounds(
                 {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},
-                namespace,
+                {"gate": leave_gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)},
                 opts.fence_rounds,
                 number=opts.fence_calls,
             )
-        self.check(cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
-        floor, fenced = timing["floor"].median, timing["gate"].median
+        self.check(leave_cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
+        floor, fenced = statistics.median(timing["floor"]), statistics.median(timing["gate"])
         self.note(
             f"3. fence time per gate(), nothing changed, {count:,} records",
             us(fenced),
@@ -294,12 +275,10 @@ class Bench(Results):
 
     def gate_check(self, records: Sequence[tuple[int, bytes]]) -> None:
         opts = self.options
-        progress(f"gate look-ups vs dict, {opts.probes:,} probes, {opts.lookup_rounds} rounds")
+        progress(f"gate look-ups vs dict, {PROBES:,} probes, {opts.lookup_rounds} rounds")
         stored = dict(records)
-        probes = tools.probe_ids(
-            [user_id for user_id, _ in records], opts.probes, space=tools.ID_SPACE * len(records), seed=opts.seed + 2
-        )
-        warmed = gate()
+        probes = tools.probe_ids(list(stored), PROBES, space=tools.ID_SPACE * len(records), seed=opts.seed + 2)
+        warmed = leave_gate()
         with CaptureQueriesContext(connection) as captured:
             answers = [warmed.is_left(user_id) for user_id in probes]
         self.check(not captured.captured_queries, "gate.is_left() runs no query")
@@ -316,7 +295,7 @@ class Bench(Results):
             {"probes": probes, "d": stored, "gate": warmed},
             opts.lookup_rounds,
         )
-        loop, floor, looked_up = (timing[name].median / len(probes) for name in ("loop", "dict", "gate"))
+        loop, floor, looked_up = (statistics.median(timing[name]) / len(probes) for name in ("loop", "dict", "gate"))
         self.budget(
             f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {opts.lookup_rounds})",
             ns(looked_up),
@@ -339,12 +318,11 @@ class Bench(Results):
         opts = self.options
         rng = random.Random(opts.seed + 3)
         space = tools.ID_SPACE * opts.records
-        cache = leave_cache
         # Untimed: the first write after the load pays one-off costs (about 80 ms here).
         first = tools.absent_ids(present, LEAVE_CHUNK, space=space, rng=rng)
         present.update(first)
         bulk_leave_community_layer(user_ids=first, source=ChangeSource.COMMAND)
-        for count in opts.sync_steps:
+        for count in SYNC_STEPS:
             leaves = f"{count:,} leave{'' if count == 1 else 's'}"
             progress(f"sync after {leaves}, {opts.sync_rounds} rounds")
             writes: list[float] = []
@@ -353,8 +331,8 @@ class Bench(Results):
             for _ in range(opts.sync_rounds):
                 user_ids = tools.absent_ids(present, count, space=space, rng=rng)
                 present.update(user_ids)
-                gate()
-                warms, fed = cache.warms, cache.feed_rows
+                leave_gate()
+                warms, fed = leave_cache.warms, leave_cache.feed_rows
                 started = time.perf_counter()
                 for start in range(0, count, LEAVE_CHUNK):
                     chunk = user_ids[start : start + LEAVE_CHUNK]
@@ -362,11 +340,11 @@ class Bench(Results):
                 writes.append(time.perf_counter() - started)
                 with CaptureQueriesContext(connection) as captured:
                     started = time.perf_counter()
-                    synced = gate()
+                    synced = leave_gate()
                     syncs.append(time.perf_counter() - started)
                 queries.add(len(captured.captured_queries))
                 self.check(
-                    cache.warms == warms and cache.feed_rows - fed == count,
+                    leave_cache.warms == warms and leave_cache.feed_rows - fed == count,
                     f"a sync after {leaves} replays the feed, no re-warm",
                 )
                 self.check(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _HEADER = ("Measurement", "Measured", "Floor", "Ratio", "Budget", "Result")
@@ -41,8 +41,8 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
 
 
-def mib(size: int | None) -> str:
-    return "n/a" if size is None else f"{size / 2**20:,.1f} MiB"
+def mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
 
 
 def ratio(value: float) -> str:
@@ -79,14 +79,14 @@ def write_section(path: Path, section: str, *, start: str, end: str) -> None:
     path.write_text(text)
 
 
+@dataclass
 class Results:
-    """What a benchmark found: rows under a budget, rows for information, failed checks (for the
-    benchmarks' dataclasses to inherit)."""
+    """What a benchmark found: rows under a budget, rows for information, failed checks (used
+    alone, or inherited by a benchmark's dataclass)."""
 
-    def __post_init__(self) -> None:
-        self.budgets: list[Row] = []
-        self.info: list[Row] = []
-        self.failed_checks: list[str] = []
+    budgets: list[Row] = field(default_factory=list, init=False)
+    info: list[Row] = field(default_factory=list, init=False)
+    failed_checks: list[str] = field(default_factory=list, init=False)
 
     def budget(self, name: str, measured: str, floor: str, ratio: str, budget: str, passed: bool) -> None:
         self.budgets.append(Row(name, measured, floor, ratio, budget, passed))

@@ -5,12 +5,10 @@ from __future__ import annotations
 import array
 import gc
 import random
-import statistics
 import time
 import timeit
 import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,175 +22,72 @@ ID_SPACE = 10
 LEFT_AT_BASE_NS = 1_704_067_200 * 10**9
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Seconds taken by each round of one measurement."""
-
-    samples: tuple[float, ...]
-
-    @property
-    def best(self) -> float:
-        return min(self.samples)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One timed call: ``prepare`` runs untimed before each round (e.g. to empty a cache)."""
-
-    run: Callable[[], object]
-    prepare: Callable[[], object] = lambda: None
-
-
-def time_rounds(cases: dict[str, Case], rounds: int) -> dict[str, Timing]:
-    """Time every case once per round, alternating them so that drift hits all alike.
-
-    The garbage collector stays on, as in production, but starts each round empty; what a
-    call returns is dropped after the clock stops, so its deallocation is not timed.
-    """
+def time_rounds(
+    cases: dict[str, tuple[Callable[[], object], Callable[[], object]]], rounds: int
+) -> dict[str, list[float]]:
+    """Seconds of each case's ``run`` per round, after its untimed ``prepare``, alternating the
+    cases so that drift hits all alike. The garbage collector stays on, as in production, but
+    starts each round empty; what a call returns is dropped after the clock stops."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
-        for name, case in cases.items():
-            case.prepare()
+        for name, (prepare, run) in cases.items():
+            prepare()
             gc.collect()
             started = time.perf_counter()
-            result = case.run()
+            result = run()
             samples[name].append(time.perf_counter() - started)
             del result
-    return {name: Timing(tuple(values)) for name, values in samples.items()}
+    return samples
 
 
 def statement_rounds(
     statements: dict[str, str], namespace: dict[str, Any], rounds: int, number: int = 1
-) -> dict[str, Timing]:
-    """timeit each statement ``number`` times per round, alternating them round by round."""
+) -> dict[str, list[float]]:
+    """Seconds a call of each statement, timeit ``number`` times a round, alternating them."""
     timers = {name: timeit.Timer(statement, globals=namespace) for name, statement in statements.items()}
     samples: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(rounds):
         for name, timer in timers.items():
             samples[name].append(timer.timeit(number=number) / number)
-    return {name: Timing(tuple(values)) for name, values in samples.items()}
-
-
-@dataclass(frozen=True)
-class MemoryUse:
-    """Bytes allocated by Python during a call: still held after it, and at the highest point."""
-
-    retained: int
-    peak: int
-
-
-def traced(fn: Callable[[], object]) -> tuple[object, MemoryUse]:
-    """Run ``fn`` under tracemalloc and return its result and the memory it allocated.
-
-    tracemalloc sees the Python allocators only: libpq's result buffer is not in these
-    figures (see ``rss_peak``). Frees of objects allocated before the call are not counted.
-    """
-    gc.collect()
-    tracemalloc.start()
-    try:
-        start = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        result = fn()
-        gc.collect()
-        current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return result, MemoryUse(retained=current - start, peak=peak - start)
-
-
-_STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
+    return samples
 
 
 def status_kib(field: str) -> int:
-    for line in _STATUS.read_text().splitlines():
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise LookupError(field)
 
 
-def resident_bytes() -> int:
-    """This process's resident set now."""
-    return status_kib("VmRSS") * 1024
-
-
-def rss_retained(fn: Callable[[], object]) -> tuple[object, int | None]:
-    """Run ``fn``, keep what it returns, and return how much more memory the process holds
-    afterwards, in bytes: the resident set after the garbage collector and malloc_trim (so
-    that memory freed by ``fn`` is given back) minus the same before. It sees what C
-    libraries allocate (a roaring bitmap), which tracemalloc does not. Linux with glibc only.
-    """
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return fn(), None
-
-    def settled() -> int:
-        gc.collect()
-        libc.malloc_trim(0)
-        return status_kib("VmRSS") * 1024
-
-    before = settled()
-    result = fn()
-    return result, settled() - before
-
-
-def rss_peak(fn: Callable[[], object]) -> tuple[object, int | None]:
-    """Run ``fn`` and return how far the resident set rose above its start, in bytes.
-
-    Counts everything, libpq's result buffer included. Linux only: writing 5 to
-    /proc/self/clear_refs resets the high-water mark; None where that is not possible.
-    """
-    gc.collect()
-    try:
-        _CLEAR_REFS.write_text("5")
-        before = status_kib("VmRSS")
-    except OSError:
-        return fn(), None
-    result = fn()
-    return result, (status_kib("VmHWM") - before) * 1024
-
-
 def set_floor_bytes(ids: Iterable[int]) -> int:
-    """What a bare Python set of these ids holds: its table plus one int object per id.
-
-    The ids are read back out of an array so that the set owns freshly made ints, as the
-    cache does when it builds its set from the rows it fetched.
-    """
+    """What a bare Python set of these ids holds (tracemalloc): its table plus one int per id.
+    The ids are read back out of an array so that the set owns freshly made ints, as the cache
+    does when it builds its set from the rows it fetched."""
     packed = array.array("q", ids)
-    made, use = traced(lambda: set(packed))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        made = set(packed)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
     del made
-    return use.retained
+    return held
 
 
 def leave_records(count: int, *, active_share: float, seed: int, space: int | None = None) -> list[tuple[int, bytes]]:
     """``count`` rows of (user_id, 9-byte record) in random id order, ``active_share`` of them
-    ACTIVE, ids drawn from 1..``space`` (default ``ID_SPACE`` times ``count``).
-
-    ACTIVE rows are users who left and rejoined: they keep their ``left_at_ns``.
-    """
+    ACTIVE (users who left and rejoined: they keep their ``left_at_ns``), ids drawn from
+    1..``space`` (default ``ID_SPACE`` times ``count``)."""
     rng = random.Random(seed)
     ids = rng.sample(range(1, (space or ID_SPACE * count) + 1), count)
     active = round(count * active_share)
-    return [
-        (
-            user_id,
-            serialize_membership(
-                CommunityMembership(
-                    user_id,
-                    MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT,
-                    LEFT_AT_BASE_NS + index * 10**9,
-                )
-            ),
-        )
-        for index, user_id in enumerate(ids)
-    ]
+
+    def record(index: int, user_id: int) -> tuple[int, bytes]:
+        status = MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT
+        return user_id, serialize_membership(CommunityMembership(user_id, status, LEFT_AT_BASE_NS + index * 10**9))
+
+    return [record(index, user_id) for index, user_id in enumerate(ids)]
 
 
 def absent_ids(present: set[int], count: int, *, space: int, rng: random.Random) -> list[int]:
@@ -206,15 +101,12 @@ def absent_ids(present: set[int], count: int, *, space: int, rng: random.Random)
 
 
 def probe_ids(present: Sequence[int], count: int, *, space: int, seed: int) -> list[int]:
-    """Half ids that have a record, half that do not, shuffled.
-
-    Each probe is a new int object, as an id read from a signal would be: a probe that is
-    the very object stored in the dict would match by identity and flatter the floor.
-    """
+    """Half ids that have a record, half that do not, shuffled. Each probe is a new int object,
+    as an id read from a signal would be: the very object stored in the dict would match by
+    identity and flatter the floor."""
     rng = random.Random(seed)
     hits = rng.choices(present, k=count // 2)
-    misses = absent_ids(set(present), count - len(hits), space=space, rng=rng)
-    probes = hits + misses
+    probes = hits + absent_ids(set(present), count - len(hits), space=space, rng=rng)
     rng.shuffle(probes)
     return array.array("q", probes).tolist()
 

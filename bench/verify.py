@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, tools
+from bench import common, report, tools
 
 DATABASE = "tidal_bench_verify"
 START, END = "<!-- verify:start -->", "<!-- verify:end -->"
@@ -29,90 +29,79 @@ LEAVERS = 100_000  # users 1..LEAVERS left at version = their id
 WINDOW = 10  # each signal's processing fence is its receipt fence + WINDOW
 
 
-def fill(conn: Any, signals: int) -> None:
+def fill(conn: Any, signals: int, sender: int) -> None:
     """Users' leaves, signals, and the aggregates they add up to, all made by the database."""
-    with conn.cursor() as cursor:
-        tools.make_groups(conn, 200, 50, datetime.now(UTC))
-        # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
-        cursor.execute(
-            "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at, reason) "
-            "SELECT u, u, 'leave', '\\x01'::bytea || int8send(u)::bytea, '', 'command', now(), '' "
-            "FROM generate_series(1, %s) u",
-            [LEAVERS],
-        )
-        cursor.execute(
-            "INSERT INTO community_communityleave (user_id, value) SELECT user_id, value FROM community_leavehistory"
-        )
-        cursor.execute("UPDATE community_leaveclock SET version = %s", [LEAVERS])
-        cursor.execute("SELECT id FROM auth_user LIMIT 1")
-        sender = cursor.fetchone()
-        if sender is None:
-            cursor.execute(
-                "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email, is_staff,"
-                " is_active, date_joined) VALUES ('!', false, 'bench', '', '', '', false, true, now()) RETURNING id"
-            )
-            sender = cursor.fetchone()
-        # A signal's user is (id mod USERS) + 1, its receipt fence id mod LEAVERS, processing
-        # fence WINDOW later. A leaver whose leave version is at or before the receipt fence
-        # was left at receipt; one whose leave falls in the window, left at processing;
-        # otherwise (and for users who never left) the signal is attributed.
-        cursor.execute(
-            """
-            INSERT INTO signals_app_signal (id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at,
-                processed_at, fence_at_receipt, fence_at_processing, outcome, gated_reason,
-                credited_communities, credited_cohorts, error)
-            SELECT s.id, %(sender)s, s.u, s.id %% 1000, (ARRAY['view','like','share'])[1 + s.id %% 3], 1 + s.id %% 4,
-                   s.at, s.at, s.at, s.r,
-                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r THEN NULL ELSE s.r + %(window)s END,
-                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN 2 ELSE 1 END,
-                   CASE WHEN s.u > %(leavers)s OR s.u > s.r + %(window)s THEN NULL
-                        WHEN s.u <= s.r THEN 1 ELSE 3 END,
-                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
-                        ELSE jsonb_build_array(1 + s.u %% 200, 1 + (s.u + 67) %% 200, 1 + (s.u + 133) %% 200) END,
-                   CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
-                        ELSE jsonb_build_array(1 + s.u %% 50, 1 + (s.u + 25) %% 50) END,
-                   ''
-            FROM (
-                SELECT n AS id, 1 + n %% %(users)s AS u, n %% %(leavers)s AS r,
-                       now() - make_interval(secs => (n %% 259200)) AS at
-                FROM generate_series(1, %(signals)s) n
-            ) s
-            """,
-            {"sender": sender[0], "leavers": LEAVERS, "window": WINDOW, "users": USERS, "signals": signals},
-        )
-        cursor.execute("SELECT setval(pg_get_serial_sequence('signals_app_signal', 'id'), %s)", [signals])
-        tools.add_up_aggregates(conn)
-        for table in ("signals_app_signal", "signals_app_communityaggregate", "signals_app_cohortaggregate"):
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        cursor.execute("VACUUM ANALYZE community_leavehistory")
+    tools.make_groups(conn, 200, 50, datetime.now(UTC))
+    # Users 1..LEAVERS left at version = their id: a LEFT record (status byte 1).
+    conn.execute(
+        "INSERT INTO community_leavehistory (version, user_id, action, value, actor_label, source, at, reason) "
+        "SELECT u, u, 'leave', '\\x01'::bytea || int8send(u)::bytea, '', 'command', now(), '' "
+        "FROM generate_series(1, %s) u",
+        [LEAVERS],
+    )
+    conn.execute(
+        "INSERT INTO community_communityleave (user_id, value) SELECT user_id, value FROM community_leavehistory"
+    )
+    conn.execute("UPDATE community_leaveclock SET version = %s", [LEAVERS])
+    # A signal's user is (id mod USERS) + 1, its receipt fence id mod LEAVERS, processing
+    # fence WINDOW later. A leaver whose leave version is at or before the receipt fence
+    # was left at receipt; one whose leave falls in the window, left at processing;
+    # otherwise (and for users who never left) the signal is attributed.
+    conn.execute(
+        """
+        INSERT INTO signals_app_signal (id, sender_id, user_id, item_id, kind, weight, occurred_at, received_at,
+            processed_at, fence_at_receipt, fence_at_processing, outcome, gated_reason,
+            credited_communities, credited_cohorts, error)
+        SELECT s.id, %(sender)s, s.u, s.id %% 1000, (ARRAY['view','like','share'])[1 + s.id %% 3], 1 + s.id %% 4,
+               s.at, s.at, s.at, s.r,
+               CASE WHEN s.u <= %(leavers)s AND s.u <= s.r THEN NULL ELSE s.r + %(window)s END,
+               CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN 2 ELSE 1 END,
+               CASE WHEN s.u > %(leavers)s OR s.u > s.r + %(window)s THEN NULL
+                    WHEN s.u <= s.r THEN 1 ELSE 3 END,
+               CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
+                    ELSE jsonb_build_array(1 + s.u %% 200, 1 + (s.u + 67) %% 200, 1 + (s.u + 133) %% 200) END,
+               CASE WHEN s.u <= %(leavers)s AND s.u <= s.r + %(window)s THEN NULL
+                    ELSE jsonb_build_array(1 + s.u %% 50, 1 + (s.u + 25) %% 50) END,
+               ''
+        FROM (
+            SELECT n AS id, 1 + n %% %(users)s AS u, n %% %(leavers)s AS r,
+                   now() - make_interval(secs => (n %% 259200)) AS at
+            FROM generate_series(1, %(signals)s) n
+        ) s
+        """,
+        {"sender": sender, "leavers": LEAVERS, "window": WINDOW, "users": USERS, "signals": signals},
+    )
+    conn.execute("SELECT setval(pg_get_serial_sequence('signals_app_signal', 'id'), %s)", [signals])
+    tools.add_up_aggregates(conn)
+    conn.execute("VACUUM ANALYZE")
 
 
 def main(argv: list[str]) -> int:
     parser = common.arguments(__doc__, quick="200,000 signals: a smoke run")
     parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
     args = common.parse(parser, argv, {"signals": (200_000, 10_000_000)})
+    found = report.Results()
     with common.database(DATABASE, args.server) as url:
         import psycopg
+        from django.contrib.auth import get_user_model
 
-        from bench import report
         from signals_app.models import CommunityAggregate, Outcome, Signal
         from signals_app.verification import verify_stop_forward
 
+        sender = get_user_model().objects.create(username="bench").pk
         started = time.perf_counter()
         with psycopg.connect(url, autocommit=True) as conn:
-            fill(conn, args.signals)
+            fill(conn, args.signals, sender)
         filled = time.perf_counter() - started
-        print(f"filled {args.signals:,} signals in {filled:.1f} s", flush=True)
+        common.progress(f"filled {args.signals:,} signals in {filled:.1f} s")
 
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         started = time.perf_counter()
         result = verify_stop_forward(progress=True)
         seconds = time.perf_counter() - started
         rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        checks = [
-            (result.passed, f"the verifier passes on consistent data ({result.counterexamples} counterexamples)"),
-            (result.signals_checked == args.signals, f"it checked every signal ({result.signals_checked:,})"),
-        ]
+        found.check(result.passed, f"the verifier passes on consistent data ({result.counterexamples} counterexamples)")
+        found.check(result.signals_checked == args.signals, f"it checked every signal ({result.signals_checked:,})")
         # The same run must fail, naming both, once an aggregate and an outcome are altered.
         aggregate = CommunityAggregate.objects.order_by("id").first()
         assert aggregate is not None
@@ -122,36 +111,34 @@ def main(argv: list[str]) -> int:
         Signal.objects.filter(pk=gated.pk).update(outcome=Outcome.ATTRIBUTED, gated_reason=None)
         altered = verify_stop_forward(progress=False, since=None)
         named = "\n".join(altered.named)
-        checks.append(
-            (
-                altered.counterexamples == 2 and f"signal {gated.pk} " in named and "aggregate community" in named,
-                "it fails on an altered aggregate and an altered outcome, naming both",
-            )
+        found.check(
+            altered.counterexamples == 2 and f"signal {gated.pk} " in named and "aggregate community" in named,
+            "it fails on an altered aggregate and an altered outcome, naming both",
         )
 
-    passed = all(ok for ok, _ in checks)
-    rows = [
-        report.Row(
-            f"verify_stop_forward over {args.signals:,} signals ({result.attributed:,} attributed, "
-            f"{result.gated:,} gated), {LEAVERS:,} history rows, {result.aggregate_rows_checked:,} aggregate rows",
-            f"{seconds:,.1f} s ({args.signals / seconds:,.0f} signals/s)",
-        ),
-        report.Row(
-            "peak resident memory of the verifying process (ru_maxrss)",
-            f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
-        ),
-    ]
-    command = "python bench/verify.py" + (f" --signals {args.signals}" if args.signals != 10_000_000 else "")
-    print(report.text_table("VERIFIER", rows))
-    for ok, what in checks:
-        print(f"{'ok' if ok else 'CHECK FAILED'}: {what}")
-    if not args.no_write:
-        lines = [f"## The stop-forward verifier: {'PASS' if passed else 'FAIL'}", "", f"```\n{command}\n```", ""]
-        lines += [report.markdown_table(rows), "", *(f"- {'ok' if ok else 'FAILED'}: {what}" for ok, what in checks)]
-        lines.append(f"- data made in the database in {filled:,.0f} s (not part of the figure above)")
-        report.write_section(args.output, "\n".join(lines), start=START, end=END)
-        print(f"results written to {args.output}")
-    return 0 if passed else 1
+    found.note(
+        f"verify_stop_forward over {args.signals:,} signals ({result.attributed:,} attributed, "
+        f"{result.gated:,} gated), {LEAVERS:,} history rows, {result.aggregate_rows_checked:,} aggregate rows",
+        f"{seconds:,.1f} s ({args.signals / seconds:,.0f} signals/s)",
+    )
+    found.note(
+        "peak resident memory of the verifying process (ru_maxrss)",
+        f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
+    )
+    command = common.command_line("verify.py", argv)
+    checks = common.checks_text(
+        found.failed_checks,
+        "All checks passed: the verifier passes on this consistent data, checking every signal, and fails on an "
+        "altered aggregate and an altered outcome, naming both.",
+    )
+    facts = [("data", f"made in the database in {filled:,.0f} s (not part of the figures)")]
+    parts = [("", report.markdown_table(found.info)), ("Checks", checks)]
+
+    def section() -> str:
+        return "## The stop-forward verifier\n\n" + common.results_section(command, facts, parts, found.passed, level=3)
+
+    printed = [report.text_table("VERIFIER", found.info)]
+    return common.conclude(args, command, printed, found.failed_checks, found.passed, section, (START, END))
 
 
 if __name__ == "__main__":
