@@ -20,18 +20,42 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
-from bench.tools import copy_records, status_kib
+from bench.common import progress
+from bench.tools import copy_records, rss_peak, status_kib
 from support.processes import Children
 from support.receiver import serve
 
 DATABASE = "tidal_bench_downstream"
 START, END = "<!-- downstream:begin -->", "<!-- downstream:end -->"
+# A line that ends in a backslash goes on in the next: a row of the table is one line.
+SECTION = """\
+## Downstream: the change feed, the export, webhooks
+
+Produced by `{command}` (`make bench-downstream`) on {now:%Y-%m-%d %H:%M} UTC, Python {python}, {machine}, \
+{cores} cores shared with other work. PostgreSQL on loopback.
+
+| what | figure |
+|---|---|
+| feed: read {feed_changes:,} changes through the API, 1,000 a page (in-process client, median of 5) \
+| {api_ms:,.0f} ms |
+| feed: the same through the selector only | {selector_ms:,.0f} ms |
+| export: {rows:,} left users as CSV ({mb:,.0f} MB), streamed | {seconds:,.1f} s |
+| export: resident set rise while streaming (peak of the whole process) | \
+{rss_rise_mb:,.1f} MiB ({rss_peak_mb:,.0f} MiB) |
+| webhook: from a leave call to its first delivery attempt at a healthy loopback receiver, \
+median ({arrived} of {latency_samples} leaves, 50 ms apart) | {median_ms:,.1f} ms |
+| webhook: the same, p99 (max) | {p99_ms:,.1f} ms ({max_ms:,.1f} ms) |
+
+The latency runs from before the leave call (so it includes the leave's own transaction)
+to the receiver reading the request: commit, the on-commit kick through Redis, a Celery
+worker (prefork, 2 processes) claiming the subscriber, reading the history and signing."""
 
 
 def _client() -> Any:
@@ -45,69 +69,83 @@ def _client() -> Any:
 
 
 def child_export() -> None:
-    """In a fresh process (the parent's environment): stream the export of every left user, print
-    seconds, rows, RSS rise."""
+    """In a fresh process (the parent's environment): stream the export of every left user and print,
+    as JSON, the seconds, the rows, the size and the resident set's rise while streaming."""
     import django
 
     django.setup()
     client = _client()
     client.get("/api/community-layer/", {"status": "left", "limit": 1})  # warm imports and the connection
-    Path("/proc/self/clear_refs").write_text("5")
-    before = status_kib("VmRSS")
-    started = time.perf_counter()
-    response = client.get("/api/community-layer/export/", {"status": "left"})
-    lines = size = 0
-    for chunk in response.streaming_content:
-        lines += chunk.count(b"\n")
-        size += len(chunk)
-    seconds = time.perf_counter() - started
-    print(f"{seconds} {lines - 1} {size} {(status_kib('VmHWM') - before) * 1024} {status_kib('VmHWM') * 1024}")
+
+    def stream() -> dict[str, float]:
+        started = time.perf_counter()
+        lines = size = 0
+        for chunk in client.get("/api/community-layer/export/", {"status": "left"}).streaming_content:
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+        return {"seconds": time.perf_counter() - started, "rows": lines - 1, "mb": size / 1e6}
+
+    figures, rise = rss_peak(stream)
+    print(json.dumps({**figures, "rss_rise_mb": rise / 2**20, "rss_peak_mb": status_kib("VmHWM") / 2**10}))
 
 
-def fill_changes(count: int) -> None:
+def median_of_5(read_all: Callable[[], int], expected: int) -> float:
+    """Seconds ``read_all`` takes, median of 5; each time it must see every change."""
+    rounds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        seen = read_all()
+        rounds.append(time.perf_counter() - started)
+        assert seen == expected, seen
+    return statistics.median(rounds)
+
+
+def bench_feed(changes: int) -> dict[str, float]:
+    from community.selectors import community_layer_changes
     from community.services.layer import bulk_leave_community_layer
 
-    for start in range(0, count, 1000):
-        bulk_leave_community_layer(user_ids=range(start, min(count, start + 1000)), reason="bench")
+    for start in range(0, changes, 1000):
+        bulk_leave_community_layer(user_ids=range(start, min(changes, start + 1000)), reason="bench")
+    client = _client()
+
+    def through_api() -> int:
+        after, seen, more = 0, 0, True
+        while more:
+            body = client.get("/api/community-layer/changes/", {"after": after, "limit": 1000}).json()
+            seen += len(body["results"])
+            after, more = body["next_after"], body["has_more"]
+        return seen
+
+    def through_selector() -> int:
+        after, seen = 0, 0
+        while entries := community_layer_changes(after=after, limit=1000):
+            seen += len(entries)
+            after = entries[-1].version
+        return seen
+
+    return {
+        "api_ms": median_of_5(through_api, changes) * 1e3,
+        "selector_ms": median_of_5(through_selector, changes) * 1e3,
+    }
 
 
-def copy_left(count: int, offset: int) -> None:
+def bench_export(rows: int, changes: int) -> dict[str, float]:
+    """The export of every left user: the feed's leavers and ``rows - changes`` more by COPY."""
     import psycopg
 
     from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 
     value = serialize_membership(CommunityMembership(0, MembershipStatus.LEFT, 1_700_000_000_000_000_000))
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-        copy_records(conn, "community_communityleave", ((uid, value) for uid in range(offset, offset + count)))
-
-
-def bench_feed(changes: int) -> dict[str, Any]:
-    from community.selectors import community_layer_changes
-
-    client = _client()
-    rounds = []
-    for _ in range(5):
-        started = time.perf_counter()
-        after, seen = 0, 0
-        while True:
-            body = client.get("/api/community-layer/changes/", {"after": after, "limit": 1000}).json()
-            seen += len(body["results"])
-            after = body["next_after"]
-            if not body["has_more"]:
-                break
-        rounds.append(time.perf_counter() - started)
-        assert seen == changes, seen
-    selector = []
-    for _ in range(5):
-        started = time.perf_counter()
-        after = 0
-        while entries := community_layer_changes(after=after, limit=1000):
-            after = entries[-1].version
-        selector.append(time.perf_counter() - started)
-    return {"api_seconds": statistics.median(rounds), "selector_seconds": statistics.median(selector)}
+        copy_records(conn, "community_communityleave", ((uid, value) for uid in range(changes, rows)))
+    argv = [sys.executable, __file__, "--child-export"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=common.child_env())
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def bench_latency(samples: int, broker: str) -> dict[str, Any]:
+    import redis
+
     from community.services.layer import leave_community_layer
     from community.webhooks.subscriptions import webhook_subscription_create
 
@@ -123,17 +161,13 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
 
     server = serve(receive, protocol="HTTP/1.1")
     webhook_subscription_create(name="bench", url=f"http://127.0.0.1:{server.server_address[1]}/")
-    import redis
-
     redis.Redis.from_url(broker).flushdb()
     argv = [sys.executable, "-m", "celery", "-A", "tidalproject", "worker", "--concurrency=2", "--loglevel=WARNING"]
+    started: dict[int, float] = {}
     with Children() as children:
         children.start("worker", argv, env=common.child_env(), cwd=common.PROJECT_DIR)
         time.sleep(8)  # the worker starts and warms
-        started: dict[int, float] = {}
-        base = 50_000_000
-        for index in range(samples):
-            uid = base + index
+        for uid in range(50_000_000, 50_000_000 + samples):
             started[uid] = time.perf_counter()
             leave_community_layer(user_id=uid)
             time.sleep(0.05)
@@ -143,7 +177,6 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
     server.shutdown()
     latencies = sorted((arrivals[u] - t) * 1000 for u, t in started.items() if u in arrivals)
     return {
-        "samples": samples,
         "arrived": len(latencies),
         "median_ms": statistics.median(latencies),
         "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)],
@@ -167,56 +200,20 @@ def main(argv: list[str]) -> int:
     env = {"CELERY_BROKER_URL": args.broker, "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true"}
     env["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
     with common.database(DATABASE, args.server, env):
-        fill_changes(args.feed_changes)
+        progress("feed")
         feed = bench_feed(args.feed_changes)
-        print("feed", feed, flush=True)
-        copy_left(args.export_rows - args.feed_changes, offset=args.feed_changes)
-        done = subprocess.run(
-            [sys.executable, __file__, "--child-export"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=common.child_env(),
-        )
-        seconds, rows, size, rise, peak = done.stdout.split()[-5:]
-        export = {
-            "seconds": float(seconds),
-            "rows": int(rows),
-            "mb": int(size) / 1e6,
-            "rss_rise_mb": int(rise) / 2**20,
-            "rss_peak_mb": int(peak) / 2**20,
-        }
-        print("export", export, flush=True)
+        progress("export")
+        export = bench_export(args.export_rows, args.feed_changes)
+        progress("latency")
         latency = bench_latency(args.latency_samples, args.broker)
-        print("latency", latency, flush=True)
 
-    command = "python bench/downstream.py" + (" " + " ".join(argv) if argv else "")
-    section = "\n".join(
-        [
-            "## Downstream: the change feed, the export, webhooks",
-            "",
-            "Produced by `" + command + "` (`make bench-downstream`) on "
-            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
-            f"{platform.machine()}, {os.cpu_count()} cores shared with other work. PostgreSQL on loopback.",
-            "",
-            "| what | figure |",
-            "|---|---|",
-            f"| feed: read {args.feed_changes:,} changes through the API, 1,000 a page "
-            f"(in-process client, median of 5) | {feed['api_seconds'] * 1000:,.0f} ms |",
-            f"| feed: the same through the selector only | {feed['selector_seconds'] * 1000:,.0f} ms |",
-            f"| export: {export['rows']:,} left users as CSV ({export['mb']:,.0f} MB), streamed | "
-            f"{export['seconds']:,.1f} s |",
-            f"| export: resident set rise while streaming (peak of the whole process) | "
-            f"{export['rss_rise_mb']:,.1f} MiB ({export['rss_peak_mb']:,.0f} MiB) |",
-            f"| webhook: from a leave call to its first delivery attempt at a healthy loopback receiver, "
-            f"median ({latency['arrived']} of {latency['samples']} leaves, 50 ms apart) | "
-            f"{latency['median_ms']:,.1f} ms |",
-            f"| webhook: the same, p99 (max) | {latency['p99_ms']:,.1f} ms ({latency['max_ms']:,.1f} ms) |",
-            "",
-            "The latency runs from before the leave call (so it includes the leave's own transaction)",
-            "to the receiver reading the request: commit, the on-commit kick through Redis, a Celery",
-            "worker (prefork, 2 processes) claiming the subscriber, reading the history and signing.",
-        ]
+    section = SECTION.format(
+        command=common.command_line("downstream.py", argv),
+        now=datetime.datetime.now(datetime.UTC),
+        python=platform.python_version(),
+        machine=platform.machine(),
+        cores=os.cpu_count(),
+        **vars(args) | feed | export | latency,
     )
     print(section)
     if not args.no_write:
