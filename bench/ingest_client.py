@@ -1,17 +1,12 @@
-"""One load client of the ingest benchmark: posts 1,000-signal batches until a deadline.
-
-Run by pipeline.py, a few at a time, each its own process (no Django here)::
+"""One load client of the ingest benchmark (no Django): posts 1,000-signal batches until a deadline.
 
     BENCH_API_TOKEN=KEY python bench/ingest_client.py http http://127.0.0.1:PORT --client 0 --start T0 --end T1
     python bench/ingest_client.py sql postgres://127.0.0.1:5432/DB --sender-id 1 --client 0 --start T0 --end T1
 
-``http`` posts to ``/api/signals/``; ``sql`` is the floor, the same rows bulk-inserted with
-plain psycopg (``INSERT … SELECT FROM unnest``, one transaction a batch), with psycopg's default
-parameters; ``sql-binary`` is the same with the arrays as binary parameters. Every other signal
-of a batch carries an idempotency key, unique across clients and requests, so every signal
-is accepted. Requests go out back to back from the start; those that complete within
-[start, end] (epoch seconds, the same window for every client) are counted. Prints one line
-of JSON.
+``http`` posts to ``/api/signals/``; ``sql`` is the floor, the same rows bulk-inserted with plain
+psycopg (``INSERT … SELECT FROM unnest``, one transaction a batch, default parameters). Every other
+signal carries an idempotency key, unique across clients and requests. Requests go out back to back;
+those that complete within [start, end] (epoch seconds) are counted. Prints one line of JSON.
 """
 
 from __future__ import annotations
@@ -59,24 +54,15 @@ def template(rng: random.Random, client: int, now: datetime) -> list[tuple[int, 
 
 def http_sender(args: argparse.Namespace, batches: list[list[Any]]) -> Callable[[int], int]:
     """A function that posts batch ``number`` (its keys stamped) and returns how many were accepted."""
+
+    def signal(user_id: int, item_id: int, kind: str, weight: float, at: datetime, key: str | None) -> dict[str, Any]:
+        occurred_at = at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        fields = {"user_id": user_id, "item_id": item_id, "kind": kind, "weight": weight, "occurred_at": occurred_at}
+        return fields | ({"idempotency_key": key} if key else {})
+
+    compact = (",", ":")
     bodies = [
-        json.dumps(
-            {
-                "signals": [
-                    {
-                        "user_id": u,
-                        "item_id": i,
-                        "kind": k,
-                        "weight": w,
-                        "occurred_at": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                    }
-                    | ({"idempotency_key": key} if key else {})
-                    for u, i, k, w, at, key in batch
-                ]
-            },
-            separators=(",", ":"),
-        ).encode()
-        for batch in batches
+        json.dumps({"signals": [signal(*row) for row in batch]}, separators=compact).encode() for batch in batches
     ]
     url = urlsplit(args.target)
     # The token comes from the environment, not the command line, where any local user could read it.
@@ -106,15 +92,13 @@ def sql_sender(args: argparse.Namespace, batches: list[list[Any]]) -> Callable[[
     import psycopg
 
     columns = [[list(column) for column in zip(*batch, strict=True)] for batch in batches]
-    # sql: psycopg's default (text) parameters; sql-binary: the arrays in binary, as the API's insert sends them.
-    statement = INSERT_SQL.replace("%s::", "%b::") if args.mode == "sql-binary" else INSERT_SQL
     conn = psycopg.connect(args.target)  # closed when the process exits
 
     def send(number: int) -> int:
         users, items, kinds, weights, moments, keys = columns[number % len(columns)]
         keys = [key.replace(REQUEST_MARK, f"{number:08d}") if key else None for key in keys]
         with conn.cursor() as cursor:
-            cursor.execute(statement, (args.sender_id, users, items, kinds, weights, moments, keys))
+            cursor.execute(INSERT_SQL, (args.sender_id, users, items, kinds, weights, moments, keys))
             inserted = cursor.rowcount
         conn.commit()
         return inserted
@@ -124,7 +108,7 @@ def sql_sender(args: argparse.Namespace, batches: list[list[Any]]) -> Callable[[
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=("http", "sql", "sql-binary"))
+    parser.add_argument("mode", choices=("http", "sql"))
     parser.add_argument("target", help="the server's base URL (http) or the database URL (sql)")
     parser.add_argument("--sender-id", type=int, default=0)
     parser.add_argument("--client", type=int, required=True)

@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
 
     broker = redis.Redis.from_url(args.broker)
     broker.flushdb()
-    load_before = os.getloadavg()
+    load_before = os.getloadavg()[0]
     env = {"CELERY_BROKER_URL": args.broker, "SIGNAL_BATCH_SIZE": "500", "DEBUG": "false", "LOG_LEVEL": "WARNING"}
     try:
         with common.database(DATABASE, args.server, env) as url, Children() as children:
@@ -87,13 +87,12 @@ def main(argv: list[str]) -> int:
         except redis.RedisError as exc:  # e.g. Redis restarted under us: say so, keep the first error
             print(f"could not flush the broker's database {redact(args.broker)}: {exc}", file=sys.stderr)
 
-    load_after = os.getloadavg()
+    load_after = os.getloadavg()[0]
     per_user = [sum(map(len, groups.values())) / args.users for groups in (data.communities, data.cohorts)]
     facts += [
         (
             "load average (1 min)",
-            f"{load_before[0]:.2f} at the start; {load_after[0]:.2f} at the end, this benchmark's server and clients "
-            "included",
+            f"{load_before:.2f} at the start; {load_after:.2f} at the end, its own processes included",
         ),
         ("settings", f"{common.SETTINGS}, DEBUG=False, SIGNAL_BATCH_SIZE=500, LOG_LEVEL=WARNING"),
         ("broker", f"{redact(args.broker)} (flushed before and after)"),
@@ -106,7 +105,6 @@ def main(argv: list[str]) -> int:
         ),
     ]
     command = common.command_line("pipeline.py", argv)
-    passed = bench.passed
     checks = common.checks_text(
         bench.failed_checks,
         "All correctness checks passed (the floor's aggregates and outcomes equal the expected ones, the "
@@ -115,8 +113,8 @@ def main(argv: list[str]) -> int:
     tables = (("Budgets", bench.budgets), ("For information", bench.info))
     parts = [(title, report.markdown_table(rows)) for title, rows in tables] + [("Checks", checks)]
     printed = [report.text_table(title.upper(), rows) for title, rows in tables]
-    section = lambda: common.results_section(command, facts, parts, passed, description=DESCRIPTION, level=3)  # noqa: E731
-    return common.conclude(args, command, printed, bench.failed_checks, passed, section, (START, END))
+    section = lambda: common.results_section(command, facts, parts, bench.passed, description=DESCRIPTION, level=3)  # noqa: E731
+    return common.conclude(args, command, printed, bench.failed_checks, bench.passed, section, (START, END))
 
 
 def redact(url: str) -> str:

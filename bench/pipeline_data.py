@@ -193,12 +193,10 @@ def differences(label: str, got: Written, want: Written) -> list[str]:
     found: list[str] = []
     for name, mine, theirs in (("community", got.community, want.community), ("cohort", got.cohort, want.cohort)):
         if mine != theirs:
-            missing = len(theirs.keys() - mine.keys())
-            extra = len(mine.keys() - theirs.keys())
-            changed = sum(1 for key in mine.keys() & theirs.keys() if mine[key] != theirs[key])
+            differing = sum(1 for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key))
             found.append(
-                f"{label}: {name} aggregates differ ({len(mine):,} rows vs {len(theirs):,}: "
-                f"{missing:,} missing, {extra:,} extra, {changed:,} with other values)"
+                f"{label}: {name} aggregates differ ({len(mine):,} rows vs {len(theirs):,}, {differing:,} of them"
+                " missing, extra or with other values)"
             )
     if got.outcomes != want.outcomes:
         wrong = sum(1 for a, b in zip(got.outcomes, want.outcomes, strict=False) if a != b)
