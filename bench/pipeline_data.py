@@ -8,6 +8,8 @@ Imported only after ``django.setup()``.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import accumulate
@@ -126,10 +128,10 @@ BARE = "bare_"
 _BARE_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES)
 
 
-def make_bare_copies(conn: psycopg.Connection[Any]) -> None:
-    """Copies of the pipeline's tables with the same rows and nothing but what the set-based
+@contextmanager
+def bare_copies(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Meanwhile, copies of the pipeline's tables with the same rows and nothing but what the set-based
     statement needs: primary keys, the upserts' unique keys, an index of members by user."""
-    drop_bare_copies(conn)
     conn.execute(f"CREATE TABLE {BARE}{SIGNAL_TABLE} AS SELECT * FROM {SIGNAL_TABLE}")
     conn.execute(f"ALTER TABLE {BARE}{SIGNAL_TABLE} ADD PRIMARY KEY (id)")
     for table, target in zip(AGGREGATE_TABLES, TARGETS, strict=True):
@@ -139,11 +141,11 @@ def make_bare_copies(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"CREATE TABLE {BARE}{table} AS SELECT * FROM {table}")
         conn.execute(f"CREATE INDEX ON {BARE}{table} (user_id)")
     vacuum(conn, tuple(BARE + table for table in _BARE_TABLES))
-
-
-def drop_bare_copies(conn: psycopg.Connection[Any]) -> None:
-    for table in _BARE_TABLES:
-        conn.execute(f"DROP TABLE IF EXISTS {BARE}{table}")
+    try:
+        yield
+    finally:
+        for table in _BARE_TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {BARE}{table}")
 
 
 class Written(NamedTuple):

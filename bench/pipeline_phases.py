@@ -98,11 +98,8 @@ class PipelineBench(Results):
             # within minutes). Alone, not paired, for budget 1: the worker runs alone too.
             progress(f"round {number}/{rounds}: the same, batch by batch in turn with bare tables")
             pipeline_data.load_pending(self.conn, self.data)
-            pipeline_data.make_bare_copies(self.conn)
-            try:
+            with pipeline_data.bare_copies(self.conn):
                 paired = self.run_floor("--paired", pipeline_data.BARE)
-            finally:
-                pipeline_data.drop_bare_copies(self.conn)
             self.check_written(f"set-based floor paired with the bare one, round {number}", want)
             bare = paired["paired"]
             self.check(bare["processed"] == count, f"the bare floor processed every signal (round {number})")
