@@ -107,7 +107,8 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     password = secrets.token_urlsafe(18)
     printed = dep.manage("shell", "-c", SETUP % {"operator": OPERATOR, "password": password, "accounts": accounts})
     made = json.loads(printed.strip().splitlines()[-1])
-    result: Counter[str] = Counter(spraying_addresses=addresses, spraying_accounts=accounts + 1)
+    result: Counter[str] = Counter(attempts=0, refused=0, attacker_log_ins=0, token_replays=0, token_replays_refused=0)
+    result.update(spraying_addresses=addresses, spraying_accounts=accounts + 1, brute_force_refused_by_lockout=0)
     answers: Counter[str] = Counter()
     unexpected: list[str] = []
 

@@ -89,22 +89,20 @@ class Fixture:
 def make_fixture(dep: Deployment) -> Fixture:
     accounts = json.loads(dep.manage("shell", "-c", MAKE_ACCOUNTS).strip().splitlines()[-1])
     (plain_id, plain_token), (other_id, _) = accounts["hostile-plain"], accounts["hostile-other"]
-    service = {"Authorization": f"Token {dep.token}", "Content-Type": "application/json"}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     signal = {"user_id": other_id, "item_id": 1, "kind": "like", "occurred_at": now}
     community, cohort = f"hostile-community-{secrets.token_hex(3)}", f"hostile-cohort-{secrets.token_hex(3)}"
-    for method, path, body in [
-        ("POST", "/api/communities/", {"slug": community, "name": community}),
-        ("POST", "/api/cohorts/", {"slug": cohort, "name": cohort}),
-        ("POST", f"/api/communities/{community}/members/", {"user_ids": [other_id]}),
-        ("POST", f"/api/cohorts/{cohort}/members/", {"user_ids": [other_id]}),
-        ("POST", "/api/signals/", {"signals": [signal]}),
-        ("POST", f"/api/community-layer/{other_id}/leave/", None),
+    for path, body in [
+        ("/api/communities/", {"slug": community, "name": community}),
+        ("/api/cohorts/", {"slug": cohort, "name": cohort}),
+        (f"/api/communities/{community}/members/", {"user_ids": [other_id]}),
+        (f"/api/cohorts/{cohort}/members/", {"user_ids": [other_id]}),
+        ("/api/signals/", {"signals": [signal]}),
+        (f"/api/community-layer/{other_id}/leave/", None),
     ]:
-        data = None if body is None else json.dumps(body).encode()
-        answer = exchange(dep.url, method, path, headers=service, body=data)
-        if answer.status not in (200, 201, 202):
-            raise RuntimeError(f"set-up {method} {path} answered {answer.status}: {answer.snippet()}")
+        status, answer = dep.client().request("POST", path, body)
+        if status not in (200, 201, 202):
+            raise RuntimeError(f"set-up POST {path} answered {status}: {answer}")
     fresh = iter(range(FRESH + secrets.randbelow(10**9), 2**63))
     return Fixture(plain_id, plain_token, other_id, community, cohort, fresh)
 
