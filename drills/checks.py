@@ -10,17 +10,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 from drills.deployment import Deployment
 from support.client import Client
 
 Key = tuple[str, int, int, str, datetime]
+ATTRIBUTED, GATED = 1, 2  # signals_app_signal.outcome (0 is pending)
 
 
 @dataclass(frozen=True)
 class Sent:
-    """One signal as the drill sent it."""
+    """One signal as the drill sent it; ``posted_at`` is time.monotonic() just before its POST was sent."""
 
     key: str
     user_id: int
@@ -28,7 +29,7 @@ class Sent:
     kind: str
     weight: float
     occurred_at: datetime
-    posted_at: float  # time.monotonic() just before the request carrying it was sent
+    posted_at: float
 
     def body(self) -> dict[str, Any]:
         return {
@@ -65,7 +66,7 @@ def actual_aggregates(dep: Deployment) -> dict[Key, tuple[int, float]]:
 
 
 def outcomes(dep: Deployment) -> dict[str, int]:
-    """idempotency key -> outcome (0 pending, 1 attributed, 2 gated, 3 no target)."""
+    """idempotency key -> outcome."""
     return dict(dep.sql("SELECT idempotency_key, outcome FROM signals_app_signal WHERE idempotency_key IS NOT NULL"))
 
 
@@ -75,7 +76,7 @@ def wait_until_processed(dep: Deployment, *, timeout: float = 300) -> float:
     while time.monotonic() - started < timeout:
         try:
             if dep.sql("SELECT count(*) FROM signals_app_signal WHERE outcome = 0")[0][0] == 0:
-                return time.monotonic() - started
+                return round(time.monotonic() - started, 1)
         except Exception:  # noqa: BLE001 - the database may be the thing a drill restarted
             pass
         time.sleep(0.25)
@@ -83,13 +84,12 @@ def wait_until_processed(dep: Deployment, *, timeout: float = 300) -> float:
 
 
 def setup_targets(
-    dep: Deployment, client: Client, users: Iterable[int], *, communities: int = 2, cohorts: int = 1
+    dep: Deployment, client: Client, user_ids: list[int], *, communities: int = 2, cohorts: int = 1
 ) -> dict[int, list[tuple[str, int]]]:
     """Communities and cohorts made through the API, every user a member of each.
 
     Returns user id -> [(kind of target, target id)], the memberships the checks expect.
     """
-    user_ids = list(users)
     made: list[tuple[str, str]] = []
     for kind, prefix, count in (("community", "communities", communities), ("cohort", "cohorts", cohorts)):
         for n in range(count):
@@ -118,7 +118,7 @@ class Threads:
         self.stopping = threading.Event()
         self._threads = [threading.Thread(target=work, args=(i, self.stopping), daemon=True) for i in range(count)]
 
-    def __enter__(self) -> Threads:
+    def __enter__(self) -> Self:
         self.started = time.monotonic()
         for thread in self._threads:
             thread.start()
@@ -148,36 +148,28 @@ class SignalLoad(Threads):
         self.client, self.user_ids, self.batch, self.total = client, user_ids, batch, total
         self.sent: list[Sent] = []
         self.answered: dict[str, float] = {}
-        self.errors: Counter[int] = Counter()
+        self.errors: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._now = datetime.now(UTC).replace(microsecond=0)
-
-    def __enter__(self) -> SignalLoad:
-        super().__enter__()
-        return self
 
     @property
     def rate(self) -> float:
         """Signals accepted a second."""
         return round(len(self.sent) / self.seconds, 1)
 
-    def error_counts(self) -> dict[str, int]:
-        return {str(status): count for status, count in self.errors.items()}
+    def done(self) -> bool:
+        return self.total is not None and len(self.sent) >= self.total
 
     def wait(self, timeout: float) -> None:
         """Until ``total`` signals were accepted (or ``timeout``)."""
         deadline = time.monotonic() + timeout
-        while not self.stopping.is_set() and time.monotonic() < deadline:
-            if self.total is not None and len(self.sent) >= self.total:
-                break
+        while not self.stopping.is_set() and time.monotonic() < deadline and not self.done():
             time.sleep(0.1)
         self.stop()
 
     def _post(self, seed: int, stop: threading.Event) -> None:
         rng = random.Random(seed)
-        while not stop.is_set():
-            if self.total is not None and len(self.sent) >= self.total:
-                return
+        while not stop.is_set() and not self.done():
             posted_at = time.monotonic()
             batch = [
                 Sent(
@@ -198,7 +190,7 @@ class SignalLoad(Threads):
                     self.sent.extend(batch)
                     self.answered.update((s.key, answered_at) for s in batch)
                 else:
-                    self.errors[status] += 1
+                    self.errors[str(status)] += 1
             if status != 202:
                 time.sleep(0.2)  # back off while the service is degraded
 
@@ -206,22 +198,45 @@ class SignalLoad(Threads):
 def check_nothing_lost(dep: Deployment, load: SignalLoad, targets: dict[int, list[tuple[str, int]]]) -> dict[str, Any]:
     """Every accepted signal stored once and processed once: aggregates equal the expectation."""
     stored = outcomes(dep)
-    missing = sum(1 for s in load.sent if s.key not in stored)
-    pending = sum(1 for s in load.sent if stored.get(s.key) == 0)
     rows = dep.sql("SELECT count(idempotency_key), count(DISTINCT idempotency_key) FROM signals_app_signal")[0]
     expected = expected_aggregates(load.sent, targets)
     actual = actual_aggregates(dep)
     return {
         "accepted": len(load.sent),
         "stored": rows[0],
-        "missing": missing,
+        "missing": sum(1 for s in load.sent if s.key not in stored),
         "duplicated": rows[0] - rows[1],
-        "pending": pending,
+        "pending": sum(1 for s in load.sent if stored.get(s.key) == 0),
         "aggregates_match": actual == expected,
         "aggregate_rows": len(actual),
         "counted": sum(v[0] for v in actual.values()),
         "expected_counted": sum(v[0] for v in expected.values()),
     }
+
+
+def nothing_lost(checks: dict[str, Any]) -> bool:
+    """Every accepted signal stored and processed once: the aggregates equal the expectation."""
+    return bool(checks["aggregates_match"] and not (checks["missing"] or checks["duplicated"] or checks["pending"]))
+
+
+def server_errors(statuses: dict[str, int]) -> int:
+    return sum(count for status, count in statuses.items() if status.startswith("5"))
+
+
+def loss_figures(
+    dep: Deployment, load: SignalLoad, targets: dict[int, list[tuple[str, int]]]
+) -> tuple[dict[str, Any], bool]:
+    """What a fault drill on the signal flow reports, after the drain; it passes when nothing was
+    lost or counted twice and no request got a server error."""
+    drain = wait_until_processed(dep)
+    lost = check_nothing_lost(dep, load, targets)
+    passed = nothing_lost(lost) and not server_errors(load.errors)
+    return {
+        "signals_per_second": load.rate,
+        "drain_seconds": drain,
+        "checks": lost,
+        "http_errors": dict(load.errors),
+    }, passed
 
 
 def web_caches(client: Client, *, samples: int = 12) -> dict[int, bool]:
@@ -256,30 +271,8 @@ def worker_caches(dep: Deployment, *, tasks: int = 8, timeout: float = 60) -> di
     return found
 
 
-def nothing_lost(checks: dict[str, Any]) -> bool:
-    """Every accepted signal stored and processed once: the aggregates equal the expectation."""
-    return bool(checks["aggregates_match"] and not (checks["missing"] or checks["duplicated"] or checks["pending"]))
-
-
-def all_match(caches: dict[Any, bool]) -> bool:
-    """At least one process's cache was seen, and each equals the database."""
-    return bool(caches) and all(caches.values())
-
-
-def server_errors(statuses: dict[str, int]) -> int:
-    return sum(count for status, count in statuses.items() if status.startswith("5"))
-
-
-@dataclass
-class LossResult:
-    """What a fault drill on the signal flow reports; it passes when nothing was lost or
-    counted twice and no request got a server error."""
-
-    signals_per_second: float
-    drain_seconds: float
-    checks: dict[str, Any]
-    http_errors: dict[str, int]
-
-    @property
-    def passed(self) -> bool:
-        return nothing_lost(self.checks) and not server_errors(self.http_errors)
+def caches(dep: Deployment, client: Client, *, samples: int = 12) -> tuple[dict[str, Any], bool]:
+    """Every web and worker process's cache against the records: the figures, and whether at least one
+    process of each kind was seen and every one matches."""
+    seen = {"web_caches": web_caches(client, samples=samples), "worker_caches": worker_caches(dep)}
+    return seen, all(found and all(found.values()) for found in seen.values())

@@ -10,42 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from drills import checks
+from drills.checks import GATED
 from drills.deployment import Deployment, postgres_ctl
 
-GATED = 2
 
-
-@dataclass
-class OutageResult:
-    down_seconds: float
-    during_outage: dict[str, int] = field(default_factory=dict)
-    bodies_json_with_detail: bool = True
-    left_user_signals: int = 0
-    left_user_not_gated: int = 0
-    checks: dict[str, Any] = field(default_factory=dict)
-    web_caches: dict[int, bool] = field(default_factory=dict)
-    worker_caches: dict[str, bool] = field(default_factory=dict)
-    load_errors: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        statuses = set(self.during_outage) | set(self.load_errors)
-        return bool(
-            checks.nothing_lost(self.checks)
-            and self.left_user_not_gated == 0
-            and self.bodies_json_with_detail
-            and "503" in self.during_outage
-            and not any(s.startswith("5") and s != "503" for s in statuses)
-            and checks.all_match(self.web_caches)
-            and checks.all_match(self.worker_caches)
-        )
-
-
-def drill(dep: Deployment, *, full: bool) -> OutageResult:
+def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(50_000, 50_100))
     targets = checks.setup_targets(dep, client, users)
     left_user = users[0]
@@ -76,14 +48,25 @@ def drill(dep: Deployment, *, full: bool) -> OutageResult:
     checks.wait_until_processed(dep, timeout=300)
     stored = checks.outcomes(dep)
     left_signals = [s for s in load.sent if s.user_id == left_user]
-    return OutageResult(
-        down_seconds=down,
-        during_outage=dict(during),
-        bodies_json_with_detail=json_bodies,
-        left_user_signals=len(left_signals),
-        left_user_not_gated=sum(1 for s in left_signals if stored.get(s.key) != GATED),
-        checks=checks.check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user}),
-        web_caches=checks.web_caches(client),
-        worker_caches=checks.worker_caches(dep),
-        load_errors=load.error_counts(),
+    lost = checks.check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user})
+    caches, caches_match = checks.caches(dep, client)
+    result = {
+        "down_seconds": down,
+        "during_outage": dict(during),
+        "bodies_json_with_detail": json_bodies,
+        "left_user_signals": len(left_signals),
+        "left_user_not_gated": sum(1 for s in left_signals if stored.get(s.key) != GATED),
+        "checks": lost,
+        **caches,
+        "load_errors": dict(load.errors),
+    }
+    statuses = set(during) | set(load.errors)
+    result["passed"] = bool(
+        checks.nothing_lost(lost)
+        and result["left_user_not_gated"] == 0
+        and json_bodies
+        and "503" in during
+        and not any(s.startswith("5") and s != "503" for s in statuses)
+        and caches_match
     )
+    return result

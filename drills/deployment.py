@@ -12,16 +12,19 @@ import contextlib
 import os
 import secrets
 import shlex
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import redis
 
-from drills.pooler import PgBouncer
 from support.client import Client
 from support.processes import Supervisor, free_port, wait_until
 
@@ -45,20 +48,10 @@ def unit_command(unit: str, *, instance: str = "") -> list[str]:
 
 
 class Deployment(Supervisor):
-    def __init__(
-        self,
-        *,
-        name: str = "tidal_drill",
-        web_workers: int = 2,
-        celery_workers: int = 2,
-        broker_db: int = 8,
-        sweep_after: int = 5,
-        sweep_every: float = 2.0,
-        pooled: bool = False,
-    ) -> None:
+    celery_workers = 2
+
+    def __init__(self, *, name: str, broker_db: int, pooled: bool = False) -> None:
         self.name = name
-        self.web_workers = web_workers
-        self.celery_workers = celery_workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.database_url = f"{PG_SERVER}/{name}"
@@ -72,8 +65,10 @@ class Deployment(Supervisor):
             "CACHE_URL": f"{REDIS_SERVER}/{broker_db + 1}",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback
-            "SIGNAL_SWEEP_AFTER_SECONDS": str(sweep_after),
-            "SIGNAL_SWEEP_EVERY_SECONDS": str(sweep_every),
+            "BIND": f"127.0.0.1:{self.port}",
+            "WEB_CONCURRENCY": "2",
+            "SIGNAL_SWEEP_AFTER_SECONDS": "5",
+            "SIGNAL_SWEEP_EVERY_SECONDS": "2",
             "THROTTLE_WRITE_RATE": "100000/minute",
             "THROTTLE_SERVICE_WRITE_RATE": "1000000/minute",
             # The lockout, not the log-in throttle, is what auth_attacks tries; and as behind a
@@ -91,14 +86,14 @@ class Deployment(Supervisor):
         }
         super().__init__(env=env, cwd=PROJECT_DIR, logs=PROJECT_DIR / "var" / "drills" / name)
         # With ``pooled``, web and workers reach PostgreSQL through a PgBouncer in transaction
-        # mode (drills.pooler); the drills' own checks still read the database directly.
-        self.pooler: PgBouncer | None = PgBouncer() if pooled else None
+        # mode; the drills' own checks still read the database directly.
+        self.pooler = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-")) if pooled else None
         if self.pooler is not None:
-            self.env["DATABASE_URL"] = self.pooler.url(name)
+            self.pooler_port = free_port()
+            self.env["DATABASE_URL"] = f"postgres://127.0.0.1:{self.pooler_port}/{name}"
             self.env["DATABASE_DISABLE_SERVER_SIDE_CURSORS"] = "true"
         self.token = ""
 
-    # --- life cycle -----------------------------------------------------------------------
     def __enter__(self) -> Deployment:
         try:
             self.start()
@@ -113,7 +108,9 @@ class Deployment(Supervisor):
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         if self.pooler is not None:
-            self.pooler.__enter__()
+            self.run("pgbouncer", pgbouncer_argv(self.pooler, self.pooler_port))
+            what = f"pgbouncer (see {self.logs}/pgbouncer.log)"
+            wait_until(lambda: port_answers(self.pooler_port), timeout=15, what=what)
         self._drop_database()
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.name}"')
@@ -121,17 +118,20 @@ class Deployment(Supervisor):
         redis.Redis.from_url(self.env["CACHE_URL"]).flushdb()
         self.manage("migrate", "--noinput")
         self.token = self.manage("create_service_account", "drill-service").strip().splitlines()[-1]
-        self.start_web()
+        self.run("web", unit_command("tidal-web.service"))
         for index in range(self.celery_workers):
-            self.start_worker(index)
-        self.start_beat()
-        self.wait_until_up()
+            self.start_worker(f"worker{index}")
+        schedule = f"--schedule={self.logs / 'celerybeat-schedule'}"
+        self.run("beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")])
+        client = Client(self.url, "")
+        what = f"the web server (see {self.logs}/web.log)"
+        wait_until(lambda: client.request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=60, what=what)
         self.watch()
 
     def stop(self) -> None:
         self.stop_all()
         if self.pooler is not None:
-            self.pooler.__exit__()
+            shutil.rmtree(self.pooler, ignore_errors=True)
         with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
             self._drop_database()
 
@@ -139,7 +139,6 @@ class Deployment(Supervisor):
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
-    # --- processes ------------------------------------------------------------------------
     def manage(self, *args: str) -> str:
         done = subprocess.run(
             [PYTHON, "manage.py", *args], cwd=PROJECT_DIR, env=self.env, capture_output=True, text=True, timeout=300
@@ -148,23 +147,14 @@ class Deployment(Supervisor):
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
         return done.stdout
 
-    def start_web(self) -> None:
-        self.env["BIND"] = f"127.0.0.1:{self.port}"
-        self.env["WEB_CONCURRENCY"] = str(self.web_workers)
-        self.run("web", unit_command("tidal-web.service"))
-
-    def start_worker(self, index: int) -> None:
-        self.run(f"worker{index}", unit_command("tidal-worker@.service", instance=str(index)))
-
-    def start_beat(self) -> None:
-        schedule = f"--schedule={self.logs / 'celerybeat-schedule'}"
-        self.run("beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")])
+    def start_worker(self, name: str) -> None:
+        self.run(name, unit_command("tidal-worker@.service", instance=name.removeprefix("worker")))
 
     def crash(self, name: str, *, down: float = 0.5) -> None:
         """kill -9 the worker ``name`` (parent and children), and start it again ``down`` seconds later."""
         self.kill(name)
         time.sleep(down)
-        self.start_worker(int(name.removeprefix("worker")))
+        self.start_worker(name)
 
     def client(self, token: str | None = None) -> Client:
         """A client of the web server, with the service account's token unless given another."""
@@ -190,15 +180,43 @@ class Deployment(Supervisor):
         named = [line for line in done.stderr.splitlines() if line.startswith("counterexample")]
         return done.returncode == 0, "; ".join([said, *named[:5]])
 
-    def wait_until_up(self, timeout: float = 60) -> None:
-        client = Client(self.url, "")
-        what = f"the web server (see {self.logs}/web.log)"
-        wait_until(lambda: client.request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=timeout, what=what)
-
     def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
         """Read the deployment's database directly (for the drills' independent checks)."""
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(query, params).fetchall()
+
+
+def pgbouncer_argv(folder: Path, port: int) -> list[str]:
+    """Debian's PgBouncer in transaction mode on loopback ``port``, in front of the machine's PostgreSQL,
+    configured in ``folder``. It refuses to run as root, so as root it runs as the postgres user."""
+    user = os.environ.get("USER") or "root"
+    server = urlsplit(PG_SERVER)
+    (folder / "users.txt").write_text(f'"{user}" ""\n')
+    # psycopg and Django send extra_float_digits and options: PgBouncer must not refuse them.
+    (folder / "pgbouncer.ini").write_text(f"""[databases]
+* = host={server.hostname} port={server.port}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {folder / "users.txt"}
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 1000
+ignore_startup_parameters = extra_float_digits,options
+""")
+    folder.chmod(0o777)
+    for path in folder.iterdir():
+        path.chmod(0o666)
+    pgbouncer = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    return [pgbouncer, *(["-u", "postgres"] if os.geteuid() == 0 else []), str(folder / "pgbouncer.ini")]
+
+
+def port_answers(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
 
 
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", ""]

@@ -8,35 +8,13 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from typing import Any
 
 from drills import checks
 from drills.deployment import Deployment
 
 
-@dataclass
-class StormResult:
-    requests: int
-    changes: int
-    requests_per_second: float
-    records_equal_last_history: bool
-    history_gap_free: bool
-    web_caches: dict[int, bool] = field(default_factory=dict)
-    worker_caches: dict[str, bool] = field(default_factory=dict)
-    statuses: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return (
-            self.records_equal_last_history
-            and self.history_gap_free
-            and checks.all_match(self.web_caches)
-            and checks.all_match(self.worker_caches)
-            and set(self.statuses) == {"200"}
-        )
-
-
-def drill(dep: Deployment, *, full: bool) -> StormResult:
+def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(40_000, 40_030))
     statuses: Counter[str] = Counter()
     lock = threading.Lock()
@@ -67,13 +45,20 @@ def drill(dep: Deployment, *, full: bool) -> StormResult:
         " WHERE NOT EXISTS (SELECT 1 FROM community_leavehistory h WHERE h.user_id = l.user_id)"
     )[0][0]
     count, low, high = dep.sql("SELECT count(*), min(version), max(version) FROM community_leavehistory")[0]
-    return StormResult(
-        requests=sum(statuses.values()),
-        changes=count,
-        requests_per_second=round(sum(statuses.values()) / storming.seconds, 1),
-        records_equal_last_history=not mismatched and without_history == 0,
-        history_gap_free=count > 0 and (low, high) == (1, count) and high == dep.clock(),
-        web_caches=checks.web_caches(client),
-        worker_caches=checks.worker_caches(dep),
-        statuses=dict(statuses),
+    caches, caches_match = checks.caches(dep, client)
+    result = {
+        "requests": statuses.total(),
+        "changes": count,
+        "requests_per_second": round(statuses.total() / storming.seconds, 1),
+        "records_equal_last_history": not mismatched and without_history == 0,
+        "history_gap_free": count > 0 and (low, high) == (1, count) and high == dep.clock(),
+        **caches,
+        "statuses": dict(statuses),
+    }
+    result["passed"] = (
+        result["records_equal_last_history"]
+        and result["history_gap_free"]
+        and caches_match
+        and set(statuses) == {"200"}
     )
+    return result

@@ -14,44 +14,14 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 from drills import checks
+from drills.checks import GATED
 from drills.deployment import Deployment
 from support.client import Client
-
-GATED = 2
-
-
-@dataclass
-class RestoreResult:
-    dump_version: int
-    cached_version_before_restore: int
-    processes: int
-    version_after_first_leave: int
-    queued_gated: int
-    queued_total: int
-    received_gated: int
-    received_total: int
-    overtaken_gated: int
-    overtaken_total: int
-    warm_reasons: dict[str, int] = field(default_factory=dict)
-    web_caches: dict[int, bool] = field(default_factory=dict)
-    worker_caches: dict[str, bool] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return (
-            self.version_after_first_leave <= self.cached_version_before_restore
-            and self.queued_gated == self.queued_total > 0
-            and self.received_gated == self.received_total > 0
-            and self.overtaken_gated == self.overtaken_total > 0
-            and checks.all_match(self.web_caches)
-            and checks.all_match(self.worker_caches)
-            and not self.errors
-        )
 
 
 def _leave(client: Client, user_id: int, errors: list[str]) -> int:
@@ -82,7 +52,7 @@ def _gated(dep: Deployment, keys: list[str]) -> int:
     return int(dep.sql(query, [keys, GATED])[0][0])
 
 
-def drill(dep: Deployment, *, full: bool) -> RestoreResult:
+def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(60_000, 60_000 + (60 if full else 30)))
     checks.setup_targets(dep, client, users)
     errors: list[str] = []
@@ -120,27 +90,24 @@ def drill(dep: Deployment, *, full: bool) -> RestoreResult:
     overtaken = [key for user_id in overtakers for key in _post(client, user_id, 2, errors)]
     checks.wait_until_processed(dep, timeout=120)
     time.sleep(0.5)
-    reasons: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
     for name in ["web", *dep.workers()]:
         for line in dep.log_since_start(name).splitlines():
             if "leave cache warmed (" in line and "first use" not in line:
                 reason = line.split("leave cache warmed (", 1)[1].split(")", 1)[0]
                 reason = "clock went back" if reason.startswith("clock went back") else reason
-                reason = "history rewritten" if reason.startswith("history at version") else reason
-                reasons[reason] = reasons.get(reason, 0) + 1
-    return RestoreResult(
-        dump_version=dump_version,
-        cached_version_before_restore=cached,
-        processes=len(web) + len(workers),
-        version_after_first_leave=first,
-        queued_gated=_gated(dep, queued),
-        queued_total=len(queued),
-        received_gated=_gated(dep, received),
-        received_total=len(received),
-        overtaken_gated=_gated(dep, overtaken),
-        overtaken_total=len(overtaken),
-        warm_reasons=reasons,
-        web_caches=checks.web_caches(client, samples=16),
-        worker_caches=checks.worker_caches(dep),
-        errors=errors[:10],
-    )
+                reasons["history rewritten" if reason.startswith("history at version") else reason] += 1
+    result: dict[str, Any] = {
+        "dump_version": dump_version,
+        "cached_version_before_restore": cached,
+        "processes": len(web) + len(workers),
+        "version_after_first_leave": first,
+    }
+    every_gated = True
+    for kind, keys in (("queued", queued), ("received", received), ("overtaken", overtaken)):
+        result[f"{kind}_gated"], result[f"{kind}_total"] = _gated(dep, keys), len(keys)
+        every_gated = every_gated and result[f"{kind}_gated"] == len(keys) > 0
+    caches, caches_match = checks.caches(dep, client, samples=16)
+    result.update(warm_reasons=dict(reasons), **caches, errors=errors[:10])
+    result["passed"] = first <= cached and every_gated and caches_match and not errors
+    return result

@@ -11,7 +11,6 @@ workers, 2 Celery workers, Celery beat) and stops it. Exits 1 if any drill fails
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import platform
@@ -26,28 +25,62 @@ from drills.deployment import PROJECT_DIR, Deployment
 DRILLS = ["stop_forward", "worker_crash", "broker_loss", "database_outage", "leave_storm", "hostile_input", "restore"]
 DRILLS += ["backlog", "auth_attacks", "webhooks", "erasure", "stop_forward_pooled"]
 
-
-def as_dict(result: Any) -> dict[str, Any]:
-    data = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
-    data["passed"] = bool(result.passed)
-    return data
+# The summary table's cells (load held, faults, lost), formatted from each drill's figures.
+RATE = "{signals_per_second:,.0f}/s"
+LOST = (
+    "{checks[missing]} missing, {checks[pending]} pending, {checks[duplicated]} doubled, "
+    "aggregates equal: {checks[aggregates_match]} ({checks[accepted]:,} accepted)"
+)
+GATED = "{violations} of {must_be_gated:,} must-be-gated signals forwarded"
+SUBSCRIBER = "{0}: up to v{{subscribers[{0}][applied_up_to]:,}}, {{subscribers[{0}][out_of_order]}} out of order, "
+SUBSCRIBER += "{{subscribers[{0}][duplicates]:,}} duplicates"
+SUMMARY = {
+    "stop_forward": (RATE, "{leaves:,} leaves; {violations} violations", GATED),
+    "worker_crash": (RATE, "{kills} kill -9 ({killed_mid_batch} mid-batch)", LOST),
+    "broker_loss": (RATE, "{flushes} flushes, {restarts} Redis restarts", LOST),
+    "database_outage": ("", "PostgreSQL down {down_seconds:g} s", LOST),
+    "leave_storm": ("{requests_per_second:,.0f}/s", "{changes:,} changes", ""),
+    "hostile_input": ("", "{schemathesis_requests:,} generated requests", ""),
+    "restore": ("", "restored to version {dump_version} under {processes} procs", ""),
+    "backlog": ("", "{backlog_seconds:g} s backlog, {sweeps} sweeps", LOST),
+    "auth_attacks": (
+        "",
+        "{attempts:,} attempts, {lockouts} lockouts",
+        "{attacker_log_ins} attacker log-ins; {refused:,} refused",
+    ),
+    "webhooks": (
+        "{requests_per_second:,.0f}/s",
+        "{changes:,} changes; receivers: 500 to half, down {receiver_down_seconds:g} s; {worker_kills} worker kill -9",
+        SUBSCRIBER.format("flaky_500_half") + "; " + SUBSCRIBER.format("down_30s"),
+    ),
+    "erasure": (
+        RATE,
+        "{erased_one_by_one} + {erased_in_bulk} users erased under load; kill -9 mid-job: {worker_killed_mid_job}",
+        "{erased_signals_remaining} signals of erased users remain; aggregates equal: {aggregates_match}",
+    ),
+    "stop_forward_pooled": (
+        RATE,
+        "through PgBouncer in transaction mode; {leaves:,} leaves; {violations} violations",
+        GATED,
+    ),
+}
 
 
 def run_one(name: str, *, full: bool) -> dict[str, Any]:
-    module = importlib.import_module(f"drills.{name}")
+    """One drill on a deployment of its own: its figures, ``passed``, and what the verifier said."""
+    # The pooled drill is the stop-forward race on a deployment behind PgBouncer.
+    module = importlib.import_module(f"drills.{name.removesuffix('_pooled')}")
     started = time.monotonic()
     restarts: dict[str, int] = {}
     try:
         # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ... 12-13, then
         # again from 2 (drills run one after another, and each flushes its databases first).
-        options = getattr(module, "DEPLOYMENT", {})  # e.g. {"pooled": True}
         broker_db = 2 + 2 * (DRILLS.index(name) % 6)
-        with Deployment(name=f"tidal_drill_{name}", broker_db=broker_db, **options) as dep:
-            result = as_dict(module.drill(dep, full=full))
+        with Deployment(name=f"tidal_drill_{name}", broker_db=broker_db, pooled=name.endswith("_pooled")) as dep:
+            result = module.drill(dep, full=full)
             restarts = dep.restarts
             # Whatever the drill did, the stored data must prove the promise.
-            verified, said = dep.verify_stop_forward()
-            result["verify_stop_forward"] = said
+            verified, result["verify_stop_forward"] = dep.verify_stop_forward()
             result["passed"] = result["passed"] and verified
     except Exception as exc:  # noqa: BLE001 - a drill that crashes is a failed drill, reported
         result = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
@@ -69,53 +102,6 @@ def _figure(value: Any) -> str:
     return str(value)
 
 
-def _summary(name: str, r: dict[str, Any]) -> tuple[str, str, str]:
-    """(load held, faults, lost) for the summary table."""
-    g = r.get
-    checks = g("checks", {})
-    lost = (
-        f"{checks['missing'] + checks['pending']} missing or pending, {checks['duplicated']} doubled, "
-        f"aggregates {'equal' if checks['aggregates_match'] else 'DIFFER'} ({checks['accepted']:,} accepted)"
-        if checks
-        else ""
-    )
-    rate = g("signals_per_second") or g("requests_per_second")
-    load = f"{rate:,.0f}/s" if rate else ""
-    faults = {
-        "stop_forward": f"{g('leaves', 0):,} leaves; {g('violations', '?')} violations",
-        "worker_crash": f"{g('kills', 0)} kill -9 ({g('killed_mid_batch', 0)} mid-batch)",
-        "broker_loss": f"{g('flushes', 0)} flushes, {g('restarts', 0)} Redis restarts",
-        "database_outage": f"PostgreSQL down {g('down_seconds', 0):g} s",
-        "leave_storm": f"{g('changes', 0):,} changes",
-        "hostile_input": f"{g('schemathesis_requests', 0):,} generated requests",
-        "restore": f"restored to version {g('dump_version', '?')} under {g('processes', 0)} procs",
-        "backlog": f"{g('backlog_seconds', 0):g} s backlog, {g('sweeps', 0)} sweeps",
-        "auth_attacks": f"{g('attempts', 0):,} attempts, {g('lockouts', 0)} lockouts",
-        "webhooks": f"{g('changes', 0):,} changes; receivers: 500 to half, down {g('receiver_down_seconds', 0):g} s; "
-        f"{g('worker_kills', 0)} worker kill -9",
-        "erasure": f"{g('erased_one_by_one', 0) + g('erased_in_bulk', 0)} users erased under load; "
-        f"kill -9 mid-job: {g('worker_killed_mid_job')}",
-    }.get(name, "")
-    if name == "auth_attacks":
-        lost = f"{g('attacker_log_ins', '?')} attacker log-ins; {g('refused', 0):,} refused"
-    if name == "webhooks":
-        lost = "; ".join(
-            f"{n}: up to v{s['applied_up_to']:,}, {s['out_of_order']} out of order, {s['duplicates']:,} duplicates"
-            for n, s in g("subscribers", {}).items()
-        )
-    if name == "stop_forward_pooled":
-        _, faults, lost = _summary("stop_forward", r)
-        faults = f"through PgBouncer in transaction mode; {faults}"
-    if name == "stop_forward":
-        lost = f"{g('violations', '?')} of {g('must_be_gated', 0):,} must-be-gated signals forwarded"
-    if name == "erasure":
-        lost = (
-            f"{g('erased_signals_remaining', '?')} signals of erased users remain; aggregates "
-            f"{'equal' if g('aggregates_match') else 'DIFFER'}; verifier exit 0: {g('verify_exit_0')}"
-        )
-    return load, faults, lost
-
-
 def write_report(results: dict[str, dict[str, Any]], command: str) -> None:
     lines = f"""# Reliability
 
@@ -134,8 +120,11 @@ What each drill does is in the README's "Reliability drills".
 | drill | result | load held | faults | lost |
 |---|---|---|---|---|""".splitlines()
     for name, result in results.items():
-        load, faults, lost = _summary(name, result)
-        lines.append(f"| {name} | {'PASS' if result['passed'] else 'FAIL'} | {load} | {faults} | {lost} |")
+        try:
+            cells = [cell.format(**result) for cell in SUMMARY[name]]
+        except KeyError:  # a drill that crashed has no figures
+            cells = ["", "", result.get("error", "")]
+        lines.append(f"| {name} | {'PASS' if result['passed'] else 'FAIL'} | {' | '.join(cells)} |")
     for name, result in results.items():
         lines += ["", f"## {name}", ""]
         lines += [f"- {key}: {_figure(value)}" for key, value in result.items() if key != "passed"]

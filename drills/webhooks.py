@@ -10,8 +10,6 @@ import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -27,125 +25,68 @@ class Receiver:
     """A loopback HTTP receiver that verifies every message and records what it accepted."""
 
     def __init__(self, name: str, *, fail_ratio: float = 0.0, seed: int = 1) -> None:
-        self.name = name
-        self.fail_ratio = fail_ratio
-        self.rng = random.Random(seed)
+        self.name, self.fail_ratio, self.rng = name, fail_ratio, random.Random(seed)
         self.secret = ""
         self.lock = threading.Lock()
-        self.messages = 0
-        self.answered_500 = 0
-        self.bad_signatures = 0
-        self.concurrent_max = 0
-        self._in_flight = 0
+        self.counts: Counter[str] = Counter(messages=0, answered_500=0, bad_signatures=0)
+        self.in_flight = self.concurrent_max = 0
         self.accepted: list[list[dict[str, Any]]] = []  # the changes of each 2xx-answered message
-        self.server: ThreadingHTTPServer | None = None
         self.port = 0
         self.start()
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
     def receive(self, headers: dict[str, str], body: bytes) -> int:
         with self.lock:
-            self._in_flight += 1
-            self.concurrent_max = max(self.concurrent_max, self._in_flight)
-            self.messages += 1
+            self.in_flight += 1
+            self.concurrent_max = max(self.concurrent_max, self.in_flight)
+            self.counts["messages"] += 1
         try:
             try:
                 payload = Webhook(self.secret).verify(body, headers)
             except WebhookVerificationError:
                 with self.lock:
-                    self.bad_signatures += 1
+                    self.counts["bad_signatures"] += 1
                 return 400
             with self.lock:
                 if self.rng.random() < self.fail_ratio:
-                    self.answered_500 += 1
+                    self.counts["answered_500"] += 1
                     return 500
                 self.accepted.append(payload["data"]["changes"])
             return 204
         finally:
             with self.lock:
-                self._in_flight -= 1
+                self.in_flight -= 1
 
     def start(self) -> None:
         self.server = serve(self.receive, port=self.port)
         self.port = self.server.server_address[1]
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        self.server.shutdown()
+        self.server.server_close()
 
     def check(self, history: dict[int, tuple[int, str, str]]) -> dict[str, Any]:
         """Replay what was accepted as a consumer that stores the last version it applied."""
         applied = 0
-        duplicates = 0
-        out_of_order = 0
-        wrong = 0
-        for changes in self.accepted:
-            for change in changes:
-                version = change["version"]
-                if version <= applied:
-                    duplicates += 1
-                    continue
-                if version != applied + 1:
-                    out_of_order += 1
-                if history.get(version) != (change["user_id"], change["action"], change["reason"]):
-                    wrong += 1
-                applied = version
-        return {
-            "messages": self.messages,
-            "answered_500": self.answered_500,
-            "bad_signatures": self.bad_signatures,
-            "applied_up_to": applied,
-            "duplicates": duplicates,
-            "out_of_order": out_of_order,
-            "wrong_content": wrong,
-            "max_concurrent_requests": self.concurrent_max,
-        }
+        found: Counter[str] = Counter(duplicates=0, out_of_order=0, wrong_content=0)
+        for change in (change for changes in self.accepted for change in changes):
+            version = change["version"]
+            if version <= applied:
+                found["duplicates"] += 1
+                continue
+            found["out_of_order"] += version != applied + 1
+            found["wrong_content"] += history.get(version) != (change["user_id"], change["action"], change["reason"])
+            applied = version
+        return {**self.counts, "applied_up_to": applied, **found, "max_concurrent_requests": self.concurrent_max}
 
 
-@dataclass
-class WebhookDrillResult:
-    requests: int
-    changes: int
-    requests_per_second: float
-    worker_kills: int
-    receiver_down_seconds: float
-    catch_up_seconds: float
-    subscribers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    acked_versions: dict[str, int] = field(default_factory=dict)
-    delivery_attempts: dict[str, int] = field(default_factory=dict)
-    statuses: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return (
-            self.changes > 0
-            and set(self.statuses) == {"200"}
-            and len(self.subscribers) == 2
-            and all(
-                s["applied_up_to"] == self.changes
-                and s["out_of_order"] == 0
-                and s["wrong_content"] == 0
-                and s["bad_signatures"] == 0
-                and s["max_concurrent_requests"] == 1
-                for s in self.subscribers.values()
-            )
-            and all(v == self.changes for v in self.acked_versions.values())
-        )
-
-
-def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
+def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     perms = ("add_webhooksubscription", "view_webhooksubscription", "change_communityleave", "view_communityleave")
     client = dep.service_client("drill-hooks", *(f"community.{perm}" for perm in perms))
     flaky = Receiver("flaky_500_half", fail_ratio=0.5, seed=7)
     down = Receiver("down_30s")
     receivers = [flaky, down]
     for receiver in receivers:
-        subscription = {"name": receiver.name, "url": receiver.url, "after": 0}
+        subscription = {"name": receiver.name, "url": f"http://127.0.0.1:{receiver.port}/hook", "after": 0}
         status, body = client.request("POST", "/api/webhooks/", subscription)
         if status != 201:
             raise RuntimeError(f"subscription refused: {status} {body}")
@@ -177,54 +118,61 @@ def drill(dep: Deployment, *, full: bool) -> WebhookDrillResult:
         down_at = time.monotonic()
         down_seconds = 0.0
         killed = False
-        while dep.clock() < target_changes or time.monotonic() - down_at < DOWN_SECONDS:
+        while not down_seconds or dep.clock() < target_changes:
             if not killed and dep.clock() >= target_changes // 2:
                 dep.crash("worker0", down=1)  # kill -9 the whole worker mid-storm, then start it again
                 killed = True
-            if down.server is None and time.monotonic() - down_at >= DOWN_SECONDS:
+            if not down_seconds and time.monotonic() - down_at >= DOWN_SECONDS:
                 down.start()
                 down_seconds = round(time.monotonic() - down_at, 1)
             if dep.clock() >= target_changes:
                 storming.stopping.set()
             time.sleep(0.2)
-    if down.server is None:
-        down.start()
-        down_seconds = round(time.monotonic() - down_at, 1)
-    changes, requests = dep.clock(), sum(statuses.values())
+    changes, requests = dep.clock(), statuses.total()
 
     # Everyone catches up: each subscriber's acknowledged version reaches the clock.
     catch_up_started = time.monotonic()
     deadline = catch_up_started + (600 if full else 150)
     acked: dict[str, int] = {}
     while time.monotonic() < deadline:
-        acked = dict(dep.sql("SELECT name, acked_version FROM community_webhooksubscription"))  # type: ignore[arg-type]
+        acked = dict(dep.sql("SELECT name, acked_version FROM community_webhooksubscription"))
         if acked and all(v >= changes for v in acked.values()):
             break
         time.sleep(0.5)
-    catch_up = time.monotonic() - catch_up_started
+    catch_up = round(time.monotonic() - catch_up_started, 1)
     time.sleep(1)  # let the last answers be recorded
 
     history = {
-        int(v): (int(u), str(a), str(r))
-        for v, u, a, r in dep.sql("SELECT version, user_id, action, reason FROM community_leavehistory")
+        v: (u, a, r) for v, u, a, r in dep.sql("SELECT version, user_id, action, reason FROM community_leavehistory")
     }
-    attempts = dict(
-        dep.sql(  # type: ignore[arg-type]
-            "SELECT s.name, count(d.id) FROM community_webhooksubscription s"
-            " LEFT JOIN community_webhookdelivery d ON d.subscription_id = s.id GROUP BY s.name"
-        )
+    attempts = dep.sql(
+        "SELECT s.name, count(d.id) FROM community_webhooksubscription s"
+        " LEFT JOIN community_webhookdelivery d ON d.subscription_id = s.id GROUP BY s.name"
     )
     for receiver in receivers:
         receiver.stop()
-    return WebhookDrillResult(
-        requests=requests,
-        changes=changes,
-        requests_per_second=round(requests / storming.seconds, 1),
-        worker_kills=1 if killed else 0,
-        receiver_down_seconds=down_seconds,
-        catch_up_seconds=round(catch_up, 1),
-        subscribers={r.name: r.check(history) for r in receivers},
-        acked_versions={str(k): int(v) for k, v in acked.items()},
-        delivery_attempts={str(k): int(v) for k, v in attempts.items()},
-        statuses=dict(statuses),
+    subscribers = {r.name: r.check(history) for r in receivers}
+    passed = (
+        changes > 0
+        and set(statuses) == {"200"}
+        and all(
+            s["applied_up_to"] == changes
+            and not (s["out_of_order"] or s["wrong_content"] or s["bad_signatures"])
+            and s["max_concurrent_requests"] == 1
+            for s in subscribers.values()
+        )
+        and all(v == changes for v in acked.values())
     )
+    return {
+        "requests": requests,
+        "changes": changes,
+        "requests_per_second": round(requests / storming.seconds, 1),
+        "worker_kills": int(killed),
+        "receiver_down_seconds": down_seconds,
+        "catch_up_seconds": catch_up,
+        "subscribers": subscribers,
+        "acked_versions": acked,
+        "delivery_attempts": dict(attempts),
+        "statuses": dict(statuses),
+        "passed": passed,
+    }

@@ -5,16 +5,10 @@ expectation computed from the accepted signals alone."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from typing import Any
 
 from drills import checks
 from drills.deployment import Deployment
-
-
-@dataclass
-class CrashResult(checks.LossResult):
-    kills: int
-    killed_mid_batch: int
 
 
 def _in_a_batch(dep: Deployment, name: str) -> bool:
@@ -23,14 +17,14 @@ def _in_a_batch(dep: Deployment, name: str) -> bool:
     return log.count("] received") > log.count("] succeeded in") + log.count("] retry:")
 
 
-def drill(dep: Deployment, *, full: bool) -> CrashResult:
+def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(20_000, 20_300))
     targets = checks.setup_targets(dep, client, users)
     total = 100_000 if full else 20_000
     kills = mid_batch = 0
     with checks.SignalLoad(client, users, threads=3, batch=500, total=total) as load:
         deadline = time.monotonic() + (600 if full else 120)
-        while len(load.sent) < total and time.monotonic() < deadline:
+        while not load.done() and time.monotonic() < deadline:
             time.sleep(0.7)
             name = f"worker{kills % dep.celery_workers}"
             for _ in range(100):  # wait (up to a second) for it to be in the middle of a batch
@@ -41,6 +35,5 @@ def drill(dep: Deployment, *, full: bool) -> CrashResult:
             dep.crash(name)
             kills += 1
         load.wait(timeout=max(1.0, deadline - time.monotonic()))
-    drain = checks.wait_until_processed(dep, timeout=300)
-    lost = checks.check_nothing_lost(dep, load, targets)
-    return CrashResult(load.rate, round(drain, 1), lost, load.error_counts(), kills=kills, killed_mid_batch=mid_batch)
+    result, passed = checks.loss_figures(dep, load, targets)
+    return {**result, "kills": kills, "killed_mid_batch": mid_batch, "passed": passed}

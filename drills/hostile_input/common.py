@@ -10,17 +10,13 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from drills.deployment import PROJECT_DIR, Deployment
 from support.client import LOOPBACK
 
 TIMEOUT = 10.0  # seconds a single request may take before it counts as a hang
-METHODS = ("get", "post", "put", "patch", "delete")
-# Pages outside the schema (drf-spectacular leaves itself out) that anyone may read.
-PUBLIC_PAGES = [("GET", "/api/schema/"), ("GET", "/api/docs/")]
-TOKEN_LOGIN = ("POST", "/api/auth/token/")
 
 
 @dataclass
@@ -30,9 +26,11 @@ class Answer:
     seconds: float
     error: str = ""
 
-    @property
-    def hung(self) -> bool:
-        return self.error.startswith("no complete answer")
+    def problem(self) -> str:
+        """What is wrong with it whoever asked: no answer (or one cut short by the deadline), a 5xx."""
+        if self.status == 0 or self.error:
+            return f"no answer ({self.error})"
+        return f"server error {self.status}" if self.status >= 500 else ""
 
     def snippet(self, size: int = 200) -> str:
         return self.body[:size].decode(errors="replace")
@@ -112,20 +110,14 @@ class Operation:
     has_body: bool
     documented: frozenset[str] = frozenset()  # the status codes the schema declares
 
-    @property
-    def label(self) -> str:
-        return f"{self.method} {self.path}"
-
 
 def operations(dep: Deployment) -> list[Operation]:
     answer = exchange(dep.url, "GET", "/api/schema/?format=json", headers={"Accept": "application/json"})
     if answer.status != 200:
         raise RuntimeError(f"GET /api/schema/ answered {answer.status}: {answer.snippet()}")
-    schema = json.loads(answer.body)
     found = []
-    for path, item in schema["paths"].items():
-        for method in (m for m in METHODS if m in item):
-            spec = item[method]
+    for path, item in json.loads(answer.body)["paths"].items():
+        for method, spec in ((m, item[m]) for m in ("get", "post", "put", "patch", "delete") if m in item):
             # DELETE .../members/ takes the body POST does, which the schema cannot show:
             # drf-spectacular documents request bodies for POST, PUT and PATCH only.
             has_body = "requestBody" in spec or method == "post" or (method == "delete" and path.endswith("/members/"))
@@ -133,44 +125,7 @@ def operations(dep: Deployment) -> list[Operation]:
     return found
 
 
-@dataclass
-class HostileInputResult:
-    seed: int
-    examples_per_operation: int
-    operations_total: int
-    operations_tested: int
-    schemathesis_requests: int
-    schemathesis_seconds: float
-    # Failures found by schemathesis, one line each (details in the JSON file).
-    server_errors: list[str] = field(default_factory=list)
-    undocumented_statuses: dict[str, list[int]] = field(default_factory=dict)
-    schema_violations: list[str] = field(default_factory=list)
-    other_failures: list[str] = field(default_factory=list)
-    throttled: int = 0
-    authz_requests: int = 0
-    authz_statuses: dict[str, dict[int, int]] = field(default_factory=dict)
-    authz_violations: list[str] = field(default_factory=list)
-    bad_body_requests: int = 0
-    bad_body_statuses: dict[str, dict[int, int]] = field(default_factory=dict)
-    bad_body_violations: list[str] = field(default_factory=list)
-    bad_path_requests: int = 0
-    bad_path_statuses: dict[str, dict[int, int]] = field(default_factory=dict)
-    bad_path_violations: list[str] = field(default_factory=list)
-    # Statuses the sweeps got that the schema does not declare: for the record, not a
-    # failure (the sweeps check who gets what; schemathesis checks the schema).
-    undocumented_in_sweeps: dict[str, list[int]] = field(default_factory=dict)
-    details: str = ""
-
-    @property
-    def passed(self) -> bool:
-        failures = (self.server_errors, self.undocumented_statuses, self.schema_violations, self.other_failures)
-        violations = (self.authz_violations, self.bad_body_violations, self.bad_path_violations)
-        return self.operations_tested > 0 and self.schemathesis_requests > 0 and not any(failures + violations)
-
-
 LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", re.MULTILINE)
-
-
 SERVER_ERROR = re.compile(r"ERROR django\.request Internal Server Error: (.+)$")
 
 
@@ -190,15 +145,6 @@ def server_tracebacks(text: str) -> dict[str, list[str]]:
     return found
 
 
-def traceback_summary(traceback: str) -> str:
-    """The exception and the innermost frame of the project's own code."""
-    lines = traceback.splitlines()
-    own = [line.strip() for line in lines if line.strip().startswith("File ") and ".venv" not in line]
-    own = [line for line in own if str(PROJECT_DIR) in line]
-    where = own[-1].replace(str(PROJECT_DIR) + "/", "") if own else ""
-    return f"{lines[-1].strip()}" + (f" at {where}" if where else "")
-
-
 def traceback_for(tracebacks: dict[str, list[str]], url_or_path: str) -> str:
     raw = urlsplit(url_or_path.split(" ", 1)[-1]).path
     for path in (unquote(raw), raw):  # Django keeps a path that is not UTF-8 percent-encoded
@@ -206,3 +152,13 @@ def traceback_for(tracebacks: dict[str, list[str]], url_or_path: str) -> str:
         if logged in tracebacks:
             return tracebacks[logged][0]
     return ""
+
+
+def traceback_summary(traceback: str) -> str:
+    """The exception and the innermost frame of the project's own code."""
+    if not traceback:
+        return "no traceback found"
+    lines = traceback.splitlines()
+    own = [line.strip() for line in lines if line.strip().startswith("File ") and str(PROJECT_DIR) in line]
+    own = [line.replace(str(PROJECT_DIR) + "/", "") for line in own if ".venv" not in line]
+    return lines[-1].strip() + (f" at {own[-1]}" if own else "")
