@@ -23,6 +23,7 @@ from bench import common, report, tools
 
 DATABASE = "tidal_bench_verify"
 START, END = "<!-- verify:start -->", "<!-- verify:end -->"
+TITLE = "## The stop-forward verifier\n\n"
 
 USERS = 1_000_000
 LEAVERS = 100_000  # users 1..LEAVERS left at version = their id
@@ -125,20 +126,12 @@ def main(argv: list[str]) -> int:
         "peak resident memory of the verifying process (ru_maxrss)",
         f"{rss_peak / 1024:,.0f} MiB (before the run: {rss_before / 1024:,.0f} MiB)",
     )
-    command = common.command_line("verify.py", argv)
-    checks = common.checks_text(
-        found.failed_checks,
+    passed_text = (
         "All checks passed: the verifier passes on this consistent data, checking every signal, and fails on an "
-        "altered aggregate and an altered outcome, naming both.",
+        "altered aggregate and an altered outcome, naming both."
     )
     facts = [("data", f"made in the database in {filled:,.0f} s (not part of the figures)")]
-    parts = [("", report.markdown_table(found.info)), ("Checks", checks)]
-
-    def section() -> str:
-        return "## The stop-forward verifier\n\n" + common.results_section(command, facts, parts, found.passed, level=3)
-
-    printed = [report.text_table("VERIFIER", found.info)]
-    return common.conclude(args, command, printed, found.failed_checks, found.passed, section, (START, END))
+    return common.finish(args, "verify.py", argv, facts, found, passed_text, (START, END), TITLE)
 
 
 if __name__ == "__main__":
