@@ -178,9 +178,7 @@ def conclude(
 def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> tuple[Any, str]:
     """gunicorn with deploy/gunicorn.conf.py (sync workers) on a free loopback port, answering;
     returns the child and its base URL. BIND and WEB_CONCURRENCY are what that file reads."""
-    import urllib.error
-    import urllib.request
-
+    from support.client import Client
     from support.processes import free_port, wait_until
 
     port = free_port()
@@ -193,13 +191,7 @@ def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> 
     def answers() -> bool:
         if not server.running:
             raise RuntimeError(f"gunicorn exited ({server.proc.returncode}):\n{server.tail()}")
-        try:
-            with urllib.request.urlopen(f"{base}/api/signals/", timeout=2):  # loopback, our own server
-                return True
-        except urllib.error.HTTPError:
-            return True  # 401/405: it answers
-        except OSError:
-            return False
+        return Client(base, "").request("GET", "/api/signals/", timeout=2)[0] != 0  # 0: no answer; 401/405 is one
 
     wait_until(answers, timeout=60, what=f"gunicorn at {base}")
     return server, base

@@ -145,12 +145,10 @@ class Bench(Results):
     def floor_fetch(self) -> list[tuple[Any, ...]]:
         return self.conn.execute(FLOOR_WARM_SQL).fetchall()
 
-    # --- budget 2: warming ---------------------------------------------------------------
-
     def warm(
         self, share: float, label: str, memory_budget: int, *, space: int | None = None, time_budget: bool = True
     ) -> list[tuple[int, bytes]]:
-        """Load the records, then measure their warm; returns the records."""
+        """Budget 2: load the records, then measure their warm's time and memory; returns the records."""
         records = self.load(self.args.records, share, label, space)
         rounds = self.rounds("warm")
         progress(f"warm vs floor, {len(records):,} records, {label}: {rounds} rounds")
@@ -200,12 +198,10 @@ class Bench(Results):
         )
         return records
 
-    # --- at scale: many gated users, time and memory only ---------------------------------
-
     def scale(self, count: int) -> None:
-        """``count`` gated users (ids 1..10x``count``, every 10th), made by the database; one
-        warm in a fresh process: its time, what the process keeps, and the machine's total
-        for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
+        """For information: ``count`` gated users (ids 1..10x``count``, every 10th), made by the
+        database; one warm in a fresh process: its time, what the process keeps, and the machine's
+        total for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
         of 2 Celery children: each holds its own gate)."""
         progress(f"at scale: {count:,} gated users, made in SQL")
         self.conn.execute(f"TRUNCATE {TABLE}")
@@ -236,9 +232,8 @@ class Bench(Results):
             f"{mib(held * 65 * processes)} (with Python sets)",
         )
 
-    # --- budget 3: the fence -------------------------------------------------------------
-
     def fence(self, count: int) -> None:
+        """Budget 3: the queries of a gate() with nothing changed; its time for information."""
         progress(f"fence, nothing changed, {count:,} records")
         leave_cache.reset()
         leave_gate()
@@ -269,9 +264,8 @@ class Bench(Results):
             ratio(fenced / floor),
         )
 
-    # --- budget 1: the look-up -----------------------------------------------------------
-
     def gate_check(self, records: Sequence[tuple[int, bytes]]) -> None:
+        """Budget 1: gate.is_left() against a dict's look-up, same probes."""
         rounds = self.rounds("lookup")
         progress(f"gate look-ups vs dict, {PROBES:,} probes, {rounds} rounds")
         stored = dict(records)
@@ -309,9 +303,8 @@ class Bench(Results):
             ratio((looked_up - loop) / (floor - loop)),
         )
 
-    # --- for information: a sync after changes ---------------------------------------------
-
     def syncs(self, present: set[int]) -> None:
+        """For information: one gate() after leaves made through the product, from the change feed."""
         rounds = self.rounds("sync")
         rng = random.Random(self.args.seed + 3)
         space = tools.ID_SPACE * self.args.records
