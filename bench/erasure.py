@@ -3,9 +3,9 @@
     .venv/bin/python bench/erasure.py               # 100,000 signals a user, 3 rounds
     .venv/bin/python bench/erasure.py --quick       # 5,000 signals a user, 1 round: a smoke run
 
-Its own database (tidal_bench_erasure, on --server, default BENCH_PG_SERVER or
-postgres://127.0.0.1:5432), filled in SQL: per round two erased users (one for the product,
-one for the floor) and 200 other users on the same items. What is measured: DESCRIPTION below.
+Its own database (tidal_bench_erasure, on --server), filled in SQL: per round two erased users
+(one for the product, one for the floor) and 200 other users on the same items. What is
+measured: DESCRIPTION below.
 """
 
 from __future__ import annotations
@@ -107,7 +107,6 @@ def fill(url: str, erased: list[int], signals: int, sender: int, groups: tuple[l
 
 def main(argv: list[str]) -> int:
     parser = common.arguments(__doc__, quick="5,000 signals a user, 1 round: a smoke run")
-    parser.set_defaults(server=os.environ.get("BENCH_PG_SERVER", common.SERVER))
     parser.add_argument("--signals", type=int, help="attributed signals of each erased user (default 100,000)")
     parser.add_argument("--rounds", type=int, help="default 3")
     args = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
