@@ -54,45 +54,31 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join([str(shown), f"bench/{script}", *argv])  # run from the project folder
 
 
-def database_exists(server: str, name: str) -> bool:
-    import psycopg
-
-    with psycopg.connect(f"{server.rstrip('/')}/postgres", autocommit=True) as conn:
-        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
-
-
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # so that the finally clauses stop the children and drop the database
 
 
 @contextmanager
-def database(
-    name: str, server: str, env: dict[str, str] | None = None, *, debug: str | None = "false", keep: bool = False
-) -> Iterator[str]:
-    """A new database ``name`` (unless ``keep`` and it exists) that Django is set up on and has
-    migrated; yields its URL. ``env`` is forced (the database too: the script drops it); DEBUG
-    (production's: dev's default DEBUG=True logs every query) and LOG_LEVEL=WARNING are
-    defaults. Dropped at the end unless ``keep``, also on error, Ctrl-C or SIGTERM."""
+def database(name: str, server: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A new database ``name`` that Django is set up on and has migrated; yields its URL. ``env``
+    is forced (the database too: the script drops it); DEBUG=false (dev's default DEBUG=True logs
+    every query) and LOG_LEVEL=WARNING are defaults. Dropped at the end, also on error, Ctrl-C or SIGTERM."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = server.rstrip("/")
     url = f"{server}/{name}"
     os.environ.update({"DJANGO_SETTINGS_MODULE": SETTINGS, "DATABASE_URL": url, **(env or {})})
     os.environ.setdefault("LOG_LEVEL", "WARNING")
-    if debug is not None:
-        os.environ.setdefault("DEBUG", debug)
+    os.environ.setdefault("DEBUG", "false")
     sys.path.insert(0, str(PROJECT_DIR))
     import django
     import psycopg
 
-    def drop_database(*, then_create: bool) -> None:
+    def on_server(*statements: str) -> None:
         with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            if then_create:
-                conn.execute(f"CREATE DATABASE {name}")
+            for statement in statements:
+                conn.execute(statement)
 
-    if not (keep and database_exists(server, name)):
-        drop_database(then_create=True)
-
+    on_server(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
     try:
         django.setup()
         from django.core.management import call_command
@@ -107,8 +93,7 @@ def database(
             from django.db import connections
 
             connections.close_all()
-        if not keep:
-            drop_database(then_create=False)
+        on_server(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def child_env() -> dict[str, str]:
@@ -121,19 +106,16 @@ def machine(conn: Any) -> list[tuple[str, str]]:
     import psycopg
     from django.conf import settings
 
-    def first(path: str, prefix: str, read: Callable[[str], Any], default: Any) -> Any:
-        text = Path(path).read_text() if Path(path).exists() else ""
-        return next((read(line) for line in text.splitlines() if line.startswith(prefix)), default)
-
-    cpu = first("/proc/cpuinfo", "model name", lambda line: line.split(":", 1)[1].strip(), "?")
-    mem_kib = first("/proc/meminfo", "MemTotal:", lambda line: int(line.split()[1]), 0)
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "?")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     server_version = conn.execute("SHOW server_version").fetchone()[0]
     shared_buffers = conn.execute("SHOW shared_buffers").fetchone()[0]
     libpq = psycopg.pq.version()
     return [
         ("date", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("nproc", f"{len(os.sched_getaffinity(0))} ({cpu})"),
-        ("memory", f"{mem_kib / 2**20:.1f} GiB"),
+        ("memory", f"{memory / 2**30:.1f} GiB"),
         ("os", platform.platform()),
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("django", django.get_version()),
@@ -196,9 +178,7 @@ def conclude(
 def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> tuple[Any, str]:
     """gunicorn with deploy/gunicorn.conf.py (sync workers) on a free loopback port, answering;
     returns the child and its base URL. BIND and WEB_CONCURRENCY are what that file reads."""
-    import urllib.error
-    import urllib.request
-
+    from support.client import Client
     from support.processes import free_port, wait_until
 
     port = free_port()
@@ -211,13 +191,7 @@ def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> 
     def answers() -> bool:
         if not server.running:
             raise RuntimeError(f"gunicorn exited ({server.proc.returncode}):\n{server.tail()}")
-        try:
-            with urllib.request.urlopen(f"{base}/api/signals/", timeout=2):  # loopback, our own server
-                return True
-        except urllib.error.HTTPError:
-            return True  # 401/405: it answers
-        except OSError:
-            return False
+        return Client(base, "").request("GET", "/api/signals/", timeout=2)[0] != 0  # 0: no answer; 401/405 is one
 
     wait_until(answers, timeout=60, what=f"gunicorn at {base}")
     return server, base
@@ -233,3 +207,29 @@ def json_answer(children: Any, child: Any, timeout: float) -> dict[str, Any]:
         raise RuntimeError(f"{child.name} failed ({code}):\n{child.tail()}")
     answer: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
     return answer
+
+
+def finish(
+    args: argparse.Namespace,
+    script: str,
+    argv: list[str],
+    facts: Sequence[tuple[str, str]],
+    found: Any,
+    passed_text: str,
+    markers: tuple[str, str],
+    title: str = "",
+) -> int:
+    """``conclude`` for a report.Results ``found``: its budgets and its rows for information, each a
+    table, then its checks; a ``title`` above the section puts its headings one level down."""
+    from bench import report
+
+    command = command_line(script, argv)
+    tables = [(name, rows) for name, rows in (("Budgets", found.budgets), ("For information", found.info)) if rows]
+    parts = [(name, report.markdown_table(rows)) for name, rows in tables]
+    parts.append(("Checks", checks_text(found.failed_checks, passed_text)))
+    printed = [report.text_table(name.upper(), rows) for name, rows in tables]
+
+    def section() -> str:
+        return title + results_section(command, facts, parts, found.passed, level=3 if title else 2)
+
+    return conclude(args, command, printed, found.failed_checks, found.passed, section, markers)

@@ -3,10 +3,9 @@
     .venv/bin/python bench/erasure.py               # 100,000 signals a user, 3 rounds
     .venv/bin/python bench/erasure.py --quick       # 5,000 signals a user, 1 round: a smoke run
 
-Its own database (tidal_bench_erasure, on --server, default BENCH_PG_SERVER or
-postgres://127.0.0.1:5432), filled in SQL: per round two erased users (one for the product,
-one for the floor) and 200 other users on the same items. What is measured and the budget (2x
-the floor) are in the section it writes (``main`` below).
+Its own database (tidal_bench_erasure, on --server), filled in SQL: per round two erased users
+(one for the product, one for the floor) and 200 other users on the same items. What is
+measured: DESCRIPTION below.
 """
 
 from __future__ import annotations
@@ -22,16 +21,30 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, tools
+from bench import common, report, tools
 
 DATABASE = "tidal_bench_erasure"
 START, END = "<!-- bench:erasure:start -->", "<!-- bench:erasure:end -->"
 BUDGET = 2.0
+DESCRIPTION = """## Erasure
+
+Erasing one user's attributed signals (credited to 3 communities and 2 cohorts: most aggregate
+rows are shared with 200 other users, so decremented with `last_at` recomputed; the user's own
+rows deleted), against a hand-written SQL floor doing the same subtraction and deletion in the
+same run (plain psycopg, one transaction: lock, one statement per aggregate table, one DELETE;
+no history row, no fence, no settle pass). Median of the rounds, order alternating.
+
+Beside the peers' published figures for the same request (suppress and delete a user's data):
+Segment "mostly within 24 hours, up to 30 days"; RudderStack forwards the deletion to some
+destinations; PostHog deletes persons in a weekly batch; Amplitude schedules 10 to 13 days out
+and finishes "within 30 days"; mParticle waits 7 days, then takes up to 14. Here the
+aggregates are exact and the signals gone when the answer returns.
+
+"""
 
 
-def floor_erase(user_id: int) -> float:
-    """The hand-written floor; returns its seconds."""
-    started = time.perf_counter()
+def floor_erase(user_id: int) -> None:
+    """The hand-written floor."""
     with psycopg.connect(os.environ["DATABASE_URL"]) as conn, conn.transaction():
         conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM signals_app_signal WHERE user_id = %s FOR UPDATE) t", [user_id]
@@ -64,7 +77,6 @@ def floor_erase(user_id: int) -> float:
                 {"u": user_id},
             )
         conn.execute("DELETE FROM signals_app_signal WHERE user_id = %s", [user_id])
-    return time.perf_counter() - started
 
 
 def fill(url: str, erased: list[int], signals: int, sender: int, groups: tuple[list[int], list[int]]) -> None:
@@ -95,11 +107,10 @@ def fill(url: str, erased: list[int], signals: int, sender: int, groups: tuple[l
 
 def main(argv: list[str]) -> int:
     parser = common.arguments(__doc__, quick="5,000 signals a user, 1 round: a smoke run")
-    parser.set_defaults(server=os.environ.get("BENCH_PG_SERVER", common.SERVER))
     parser.add_argument("--signals", type=int, help="attributed signals of each erased user (default 100,000)")
     parser.add_argument("--rounds", type=int, help="default 3")
     args = common.parse(parser, argv, {"signals": (5_000, 100_000), "rounds": (1, 3)})
-    with common.database(DATABASE, args.server, debug=None) as url:
+    with common.database(DATABASE, args.server) as url:
         from django.contrib.auth import get_user_model
 
         from community.models import Cohort, Community
@@ -115,57 +126,34 @@ def main(argv: list[str]) -> int:
         filled = time.perf_counter() - started
         total = Signal.objects.count()
         receipts: list[Any] = []
-
-        def product_erase(user_id: int) -> float:
-            started = time.perf_counter()
-            receipts.append(user_erase(user_id=user_id))
-            return time.perf_counter() - started
-
-        product: list[float] = []
-        floor: list[float] = []
+        seconds: dict[str, list[float]] = {"product": [], "floor": []}
         for round_ in range(args.rounds):
             # Users 2r+1 for the product, 2r+2 for the floor; which goes first alternates.
-            steps = [(product, product_erase, 2 * round_ + 1), (floor, floor_erase, 2 * round_ + 2)]
-            for seconds, erase, user_id in steps if round_ % 2 == 0 else steps[::-1]:
-                seconds.append(erase(user_id))
+            steps = [("product", 2 * round_ + 1), ("floor", 2 * round_ + 2)]
+            for name, user_id in steps if round_ % 2 == 0 else steps[::-1]:
+                started = time.perf_counter()
+                if name == "product":
+                    receipts.append(user_erase(user_id=user_id))
+                else:
+                    floor_erase(user_id)
+                seconds[name].append(time.perf_counter() - started)
         verified = verify_stop_forward(progress=False)
-    p, f = statistics.median(product), statistics.median(floor)
-    ratio = p / f
-    receipt = receipts[0]
-    text = f"""## Erasure
-
-Erasing one user with {args.signals:,} attributed signals (credited to 3 communities and 2
-cohorts: {receipt.aggregate_rows_changed:,} aggregate rows changed, most shared with 200 other
-users, so decremented with `last_at` recomputed; the user's own rows deleted), in a database
-of {total:,} signals, against a hand-written SQL floor doing the same subtraction and deletion
-in the same run (plain psycopg, one transaction: lock, one statement per aggregate table, one
-DELETE; no history row, no fence, no settle pass). Median of {args.rounds} rounds, order
-alternating. Produced by:
-
-```
-.venv/bin/python bench/erasure.py --signals {args.signals} --rounds {args.rounds}
-```
-
-| | seconds (median) | rounds |
-|---|---|---|
-| product: `user_erase` | {p:.3f} | {", ".join(f"{x:.3f}" for x in product)} |
-| floor: hand-written SQL | {f:.3f} | {", ".join(f"{x:.3f}" for x in floor)} |
-| ratio (budget {BUDGET:g}x) | **{ratio:.2f}x** {"PASS" if ratio <= BUDGET else "FAIL"} | |
-
-`verify_stop_forward` afterwards: {"passed" if verified.passed else "FAILED"}. Data filled in {filled:.0f} s.
-
-Beside the peers' published figures for the same request (suppress and delete a user's data):
-Segment "mostly within 24 hours, up to 30 days"; RudderStack forwards the deletion to some
-destinations; PostHog deletes persons in a weekly batch; Amplitude schedules 10 to 13 days out
-and finishes "within 30 days"; mParticle waits 7 days, then takes up to 14. Here the
-aggregates are exact and the signals gone when the answer returns: {p:.2f} s for
-{args.signals:,} signals.
-
-"""
-    failed = [f"verify_stop_forward afterwards: {line}" for line in verified.named[:10]]
-    command = common.command_line("erasure.py", argv)
-    passed = ratio <= BUDGET and verified.passed
-    return common.conclude(args, command, [text], failed, passed, lambda: text, (START, END))
+    product, floor = (statistics.median(seconds[name]) for name in ("product", "floor"))
+    each = {name: ", ".join(f"{x:.3f}" for x in values) for name, values in seconds.items()}
+    found = report.Results()
+    found.budget(
+        f"`user_erase` of one user with {args.signals:,} attributed signals, {receipts[0].aggregate_rows_changed:,}"
+        f" aggregate rows changed (median of {args.rounds})",
+        f"{product:.3f} s ({each['product']})",
+        f"{floor:.3f} s (hand-written SQL: {each['floor']})",
+        report.ratio(product / floor),
+        f"≤ {BUDGET:g}x",
+        product / floor <= BUDGET,
+    )
+    found.check(verified.passed, "verify_stop_forward afterwards: " + "; ".join(verified.named[:10]))
+    facts = [("data", f"{total:,} signals, made in the database in {filled:.0f} s")]
+    passed_text = "`verify_stop_forward` passed afterwards."
+    return common.finish(args, "erasure.py", argv, facts, found, passed_text, (START, END), DESCRIPTION)
 
 
 if __name__ == "__main__":

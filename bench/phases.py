@@ -5,6 +5,7 @@ Imported only after ``django.setup()``: run.py owns the database and the setting
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import gc
 import multiprocessing
@@ -24,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bench import tools
 from bench.common import progress
-from bench.report import Results, Row, mib, ms, ns, ratio, us
+from bench.report import Results, mib, ms, ns, ratio, us
 from community.cache import leave_cache, leave_gate
 from community.membership import MembershipStatus
 from community.models import ChangeSource, CommunityLeave, LeaveClock
@@ -45,21 +46,8 @@ ACTIVE_SHARE = 0.10
 PROBES = 200_000
 SYNC_STEPS = (1, 100, 10_000)
 LEAVE_CHUNK = 1_000
-
-
-@dataclass(frozen=True)
-class Options:
-    records: int
-    seed: int
-    scale_records: int = 0  # an extra warm of this many gated users, for time and memory only
-    warm_rounds: int = 7
-    lookup_rounds: int = 31
-    fence_rounds: int = 7
-    fence_calls: int = 1_000
-    sync_rounds: int = 3
-
-
-QUICK = {"warm_rounds": 3, "lookup_rounds": 10, "fence_rounds": 3, "fence_calls": 300, "sync_rounds": 1}
+# Rounds of each measurement, and the fence's calls a round: (with --quick, without).
+ROUNDS = {"warm": (3, 7), "lookup": (10, 31), "fence": (3, 7), "fence_calls": (300, 1_000), "sync": (1, 3)}
 
 
 def is_gated(value: bytes) -> bool:
@@ -113,16 +101,23 @@ def floor_in_child() -> int:
         return _peak_rise(lambda: conn.execute(FLOOR_WARM_SQL).fetchall())[1]
 
 
+def leave(user_ids: Sequence[int]) -> None:
+    for start in range(0, len(user_ids), LEAVE_CHUNK):
+        bulk_leave_community_layer(user_ids=user_ids[start : start + LEAVE_CHUNK], source=ChangeSource.COMMAND)
+
+
 @dataclass
 class Bench(Results):
     conn: psycopg.Connection[Any]
-    options: Options
+    args: argparse.Namespace  # run.py's options
+
+    def rounds(self, name: str) -> int:
+        quick, full = ROUNDS[name]
+        return quick if self.args.quick else full
 
     def run(self) -> None:
-        opts = self.options
         self.load(10, ACTIVE_SHARE)
         self.fence(10)
-
         dense = f"{ACTIVE_SHARE:.0%} ACTIVE"
         records = self.warm(ACTIVE_SHARE, dense, DENSE_BYTES_BUDGET)
         self.fence(len(records))
@@ -130,14 +125,14 @@ class Bench(Results):
         self.syncs({user_id for user_id, _ in records})
         self.warm(0.0, "all LEFT", DENSE_BYTES_BUDGET, time_budget=False)  # the same ids; its time for information
         self.warm(ACTIVE_SHARE, f"{dense}, sparse ids (1..2^32)", SPARSE_BYTES_BUDGET, space=SPARSE_SPACE)
-        if opts.scale_records:
-            self.scale(opts.scale_records)
+        if self.args.scale:
+            self.scale(self.args.scale)
         self.sort()
 
     def load(self, count: int, share: float, label: str = "", space: int | None = None) -> list[tuple[int, bytes]]:
         """The table emptied, then ``count`` records of tools.leave_records; with a ``label``, the load's time noted."""
         progress(f"making and loading {count:,} records {label}")
-        records = tools.leave_records(count, active_share=share, seed=self.options.seed, space=space)
+        records = tools.leave_records(count, active_share=share, seed=self.args.seed, space=space)
         self.conn.execute(f"TRUNCATE {TABLE}")
         started = time.perf_counter()
         tools.copy_records(self.conn, TABLE, records)
@@ -150,29 +145,27 @@ class Bench(Results):
     def floor_fetch(self) -> list[tuple[Any, ...]]:
         return self.conn.execute(FLOOR_WARM_SQL).fetchall()
 
-    # --- budget 2: warming ---------------------------------------------------------------
-
     def warm(
         self, share: float, label: str, memory_budget: int, *, space: int | None = None, time_budget: bool = True
     ) -> list[tuple[int, bytes]]:
-        """Load ``self.options.records`` records, then measure their warm; returns the records."""
-        opts = self.options
-        records = self.load(opts.records, share, label, space)
-        count = len(records)
-        progress(f"warm vs floor, {count:,} records, {label}: {opts.warm_rounds} rounds")
+        """Budget 2: load the records, then measure their warm's time and memory; returns the records."""
+        records = self.load(self.args.records, share, label, space)
+        rounds = self.rounds("warm")
+        progress(f"warm vs floor, {len(records):,} records, {label}: {rounds} rounds")
         cases = {"floor": (lambda: None, self.floor_fetch), "warm": (leave_cache.reset, leave_gate)}
         tools.time_rounds(cases, 1)  # untimed: first use of each path
-        timing = tools.time_rounds(cases, opts.warm_rounds)
-        floor, warm = statistics.median(timing["floor"]), statistics.median(timing["warm"])
-        row = Row(
-            f"2a. warm from {count:,} records, {label} (median of {opts.warm_rounds})",
+        timing = tools.time_rounds(cases, rounds)
+        floor, warm = (statistics.median(timing[name]) for name in cases)
+        row = (
+            f"2a. warm from {len(records):,} records, {label} (median of {rounds})",
             f"{ms(warm)} (best {ms(min(timing['warm']))})",
             f"{ms(floor)} (best {ms(min(timing['floor']))})",
             ratio(warm / floor),
-            f"≤ {WARM_BUDGET:g}x",
-            warm / floor <= WARM_BUDGET if time_budget else None,
         )
-        (self.budgets if time_budget else self.info).append(row)
+        if time_budget:
+            self.budget(*row, f"≤ {WARM_BUDGET:g}x", warm / floor <= WARM_BUDGET)
+        else:
+            self.note(*row)
 
         expected = {user_id for user_id, value in records if is_gated(value)}
         leave_cache.reset()
@@ -205,12 +198,10 @@ class Bench(Results):
         )
         return records
 
-    # --- at scale: many gated users, time and memory only ---------------------------------
-
     def scale(self, count: int) -> None:
-        """``count`` gated users (ids 1..10x``count``, every 10th), made by the database; one
-        warm in a fresh process: its time, what the process keeps, and the machine's total
-        for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
+        """For information: ``count`` gated users (ids 1..10x``count``, every 10th), made by the
+        database; one warm in a fresh process: its time, what the process keeps, and the machine's
+        total for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
         of 2 Celery children: each holds its own gate)."""
         progress(f"at scale: {count:,} gated users, made in SQL")
         self.conn.execute(f"TRUNCATE {TABLE}")
@@ -241,29 +232,31 @@ class Bench(Results):
             f"{mib(held * 65 * processes)} (with Python sets)",
         )
 
-    # --- budget 3: the fence -------------------------------------------------------------
-
     def fence(self, count: int) -> None:
-        opts = self.options
+        """Budget 3: the queries of a gate() with nothing changed; its time for information."""
         progress(f"fence, nothing changed, {count:,} records")
         leave_cache.reset()
         leave_gate()
         warms = leave_cache.warms
-        with CaptureQueriesContext(connection) as captured:
+        with CaptureQueriesContext(connection) as queries:
             leave_gate()
-        queries = len(captured.captured_queries)
-        name = f"3. fence, nothing changed, {count:,} records: queries per gate()"
-        budget = f"exactly {FENCE_QUERIES_BUDGET}"
-        self.budgets.append(Row(name, str(queries), budget=budget, passed=queries == FENCE_QUERIES_BUDGET))
+        self.budget(
+            f"3. fence, nothing changed, {count:,} records: queries per gate()",
+            str(len(queries)),
+            "",
+            "",
+            f"exactly {FENCE_QUERIES_BUDGET}",
+            len(queries) == FENCE_QUERIES_BUDGET,
+        )
         with self.conn.cursor() as cursor:
             timing = tools.statement_rounds(
                 {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},
                 {"gate": leave_gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)},
-                opts.fence_rounds,
-                number=opts.fence_calls,
+                self.rounds("fence"),
+                number=self.rounds("fence_calls"),
             )
         self.check(leave_cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
-        floor, fenced = statistics.median(timing["floor"]), statistics.median(timing["gate"])
+        floor, fenced = (statistics.median(timing[name]) for name in ("floor", "gate"))
         self.note(
             f"3. fence time per gate(), nothing changed, {count:,} records",
             us(fenced),
@@ -271,17 +264,16 @@ class Bench(Results):
             ratio(fenced / floor),
         )
 
-    # --- budget 1: the look-up -----------------------------------------------------------
-
     def gate_check(self, records: Sequence[tuple[int, bytes]]) -> None:
-        opts = self.options
-        progress(f"gate look-ups vs dict, {PROBES:,} probes, {opts.lookup_rounds} rounds")
+        """Budget 1: gate.is_left() against a dict's look-up, same probes."""
+        rounds = self.rounds("lookup")
+        progress(f"gate look-ups vs dict, {PROBES:,} probes, {rounds} rounds")
         stored = dict(records)
-        probes = tools.probe_ids(list(stored), PROBES, space=tools.ID_SPACE * len(records), seed=opts.seed + 2)
+        probes = tools.probe_ids(list(stored), PROBES, space=tools.ID_SPACE * len(records), seed=self.args.seed + 2)
         warmed = leave_gate()
-        with CaptureQueriesContext(connection) as captured:
+        with CaptureQueriesContext(connection) as queries:
             answers = [warmed.is_left(user_id) for user_id in probes]
-        self.check(not captured.captured_queries, "gate.is_left() runs no query")
+        self.check(not queries.captured_queries, "gate.is_left() runs no query")
         self.check(
             answers == [user_id in stored and is_gated(stored[user_id]) for user_id in probes],
             "gate.is_left() answers as the records say",
@@ -293,11 +285,11 @@ class Bench(Results):
                 "gate": "for user_id in probes: gate.is_left(user_id)",
             },
             {"probes": probes, "d": stored, "gate": warmed},
-            opts.lookup_rounds,
+            rounds,
         )
-        loop, floor, looked_up = (statistics.median(timing[name]) / len(probes) for name in ("loop", "dict", "gate"))
+        loop, floor, looked_up = (statistics.median(timing[name]) / len(probes) for name in timing)
         self.budget(
-            f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {opts.lookup_rounds})",
+            f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {rounds})",
             ns(looked_up),
             f"{ns(floor)} (`user_id in d`, dict of {len(stored):,})",
             ratio(looked_up / floor),
@@ -305,44 +297,40 @@ class Bench(Results):
             looked_up / floor <= GATE_CHECK_BUDGET,
         )
         self.note(
-            "1. gate.is_left(user_id) per look-up, net of the loop's own cost",
+            f"1. gate.is_left(user_id) per look-up, net of the `for user_id in probes: pass` loop's own {ns(loop)}",
             ns(looked_up - loop),
             ns(floor - loop),
             ratio((looked_up - loop) / (floor - loop)),
         )
-        self.note("1. the `for user_id in probes: pass` loop itself, per probe", ns(loop))
-
-    # --- for information: a sync after changes ---------------------------------------------
 
     def syncs(self, present: set[int]) -> None:
-        opts = self.options
-        rng = random.Random(opts.seed + 3)
-        space = tools.ID_SPACE * opts.records
+        """For information: one gate() after leaves made through the product, from the change feed."""
+        rounds = self.rounds("sync")
+        rng = random.Random(self.args.seed + 3)
+        space = tools.ID_SPACE * self.args.records
         # Untimed: the first write after the load pays one-off costs (about 80 ms here).
         first = tools.absent_ids(present, LEAVE_CHUNK, space=space, rng=rng)
         present.update(first)
-        bulk_leave_community_layer(user_ids=first, source=ChangeSource.COMMAND)
+        leave(first)
         for count in SYNC_STEPS:
             leaves = f"{count:,} leave{'' if count == 1 else 's'}"
-            progress(f"sync after {leaves}, {opts.sync_rounds} rounds")
+            progress(f"sync after {leaves}, {rounds} rounds")
             writes: list[float] = []
             syncs: list[float] = []
             queries: set[int] = set()
-            for _ in range(opts.sync_rounds):
+            for _ in range(rounds):
                 user_ids = tools.absent_ids(present, count, space=space, rng=rng)
                 present.update(user_ids)
                 leave_gate()
                 warms, fed = leave_cache.warms, leave_cache.feed_rows
                 started = time.perf_counter()
-                for start in range(0, count, LEAVE_CHUNK):
-                    chunk = user_ids[start : start + LEAVE_CHUNK]
-                    bulk_leave_community_layer(user_ids=chunk, source=ChangeSource.COMMAND)
+                leave(user_ids)
                 writes.append(time.perf_counter() - started)
                 with CaptureQueriesContext(connection) as captured:
                     started = time.perf_counter()
                     synced = leave_gate()
                     syncs.append(time.perf_counter() - started)
-                queries.add(len(captured.captured_queries))
+                queries.add(len(captured))
                 self.check(
                     leave_cache.warms == warms and leave_cache.feed_rows - fed == count,
                     f"a sync after {leaves} replays the feed, no re-warm",
@@ -351,12 +339,12 @@ class Bench(Results):
                     all(synced.is_left(user_id) for user_id in user_ids),
                     f"every leaver gated after the sync after {leaves}",
                 )
-            median_sync, median_write = statistics.median(syncs), statistics.median(writes)
+            write = statistics.median(writes)
             self.note(
-                f"3. sync after {leaves}: one gate() (median of {opts.sync_rounds})",
-                f"{ms(median_sync)}, {'/'.join(map(str, sorted(queries)))} queries",
+                f"3. sync after {leaves}: one gate() (median of {rounds})",
+                f"{ms(statistics.median(syncs))}, {'/'.join(map(str, sorted(queries)))} queries",
             )
             self.note(
                 f"3. {leaves} made by bulk_leave_community_layer, chunks of {LEAVE_CHUNK:,}",
-                f"{ms(median_write)} ({us(median_write / count)} per leave)",
+                f"{ms(write)} ({us(write / count)} per leave)",
             )

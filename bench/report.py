@@ -6,12 +6,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 _HEADER = ("Measurement", "Measured", "Floor", "Ratio", "Budget", "Result")
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One line of results; ``passed`` is None for a figure reported for information."""
 
     name: str
@@ -21,12 +21,8 @@ class Row:
     budget: str = ""
     passed: bool | None = None
 
-    @property
-    def result(self) -> str:
-        return {True: "PASS", False: "FAIL", None: "info"}[self.passed]
-
     def cells(self) -> tuple[str, ...]:
-        return (self.name, self.measured, self.floor, self.ratio, self.budget, self.result)
+        return (*self[:5], {True: "PASS", False: "FAIL", None: "info"}[self.passed])
 
 
 def ns(seconds: float) -> str:
@@ -70,13 +66,11 @@ def write_section(path: Path, section: str, *, start: str, end: str) -> None:
     the markers if missing."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section.strip()}\n{end}"
-    if start in text and end in text and text.index(start) < text.index(end):
-        before, rest = text.split(start, 1)
-        after = rest.split(end, 1)[1]
-        text = before + block + after
+    before, found, rest = text.partition(start)
+    if found and end in rest:
+        path.write_text(before + block + rest.split(end, 1)[1])
     else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+        path.write_text(text.rstrip() + "\n\n" + block + "\n")
 
 
 @dataclass

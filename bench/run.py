@@ -29,36 +29,29 @@ def main(argv: list[str]) -> int:
     args = common.parse(parser, argv, {"records": (100_000, 1_000_000), "scale": (0, 10_000_000)})
     if args.records < 1_000:
         parser.error("--records must be at least 1,000")
-    # The cache logs each warm at INFO: LOG_LEVEL=WARNING keeps the timed runs quiet.
     with common.database(DATABASE, args.server) as url:
         import psycopg
 
-        from bench import phases, report, tools
+        from bench import phases, tools
 
-        opts = phases.Options(args.records, args.seed, args.scale, **(phases.QUICK if args.quick else {}))
         with psycopg.connect(url, autocommit=True) as conn:
             facts = common.machine(conn)
-            bench = phases.Bench(conn, opts)
+            bench = phases.Bench(conn, args)
             bench.run()
+    rounds = f"warm {bench.rounds('warm')}, look-ups {bench.rounds('lookup')}, fence {bench.rounds('fence')}"
     facts += [
         (
             "records",
-            f"{opts.records:,} ({phases.ACTIVE_SHARE:.0%} ACTIVE), ids drawn from 1..{tools.ID_SPACE * opts.records:,}",
+            f"{args.records:,} ({phases.ACTIVE_SHARE:.0%} ACTIVE), ids drawn from 1..{tools.ID_SPACE * args.records:,}",
         ),
         ("probes", f"{phases.PROBES:,}, half with a record, half without"),
-        ("rounds", f"warm {opts.warm_rounds}, look-ups {opts.lookup_rounds}, fence {opts.fence_rounds}"),
+        ("rounds", rounds),
     ]
-    command = common.command_line("run.py", argv)
-    checks = common.checks_text(
-        bench.failed_checks,
+    passed_text = (
         "All correctness checks passed (the warmed cache gates exactly the LEFT records, look-ups run no query, "
-        "a sync after leaves replays the feed and gates every leaver).",
+        "a sync after leaves replays the feed and gates every leaver)."
     )
-    parts = [("Budgets", bench.budgets), ("For information", bench.info)]
-    printed = [report.text_table(title.upper(), rows) for title, rows in parts]
-    tables = [(title, report.markdown_table(rows)) for title, rows in parts]
-    section = lambda: common.results_section(command, facts, [*tables, ("Checks", checks)], bench.passed)  # noqa: E731
-    return common.conclude(args, command, printed, bench.failed_checks, bench.passed, section, (START, END))
+    return common.finish(args, "run.py", argv, facts, bench, passed_text, (START, END))
 
 
 if __name__ == "__main__":

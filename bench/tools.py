@@ -66,11 +66,9 @@ def set_floor_bytes(ids: Iterable[int]) -> int:
     packed = array.array("q", ids)
     gc.collect()
     tracemalloc.start()
-    try:
-        made = set(packed)
-        held = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
+    made = set(packed)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
     del made
     return held
 
