@@ -201,15 +201,16 @@ def explain(operator: Any, token: str, results: dict[str, Result], args: Any, no
     session.force_login(operator)
     api = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
     rng = random.Random(7)
+    issued: list[tuple[str, Any]] = []  # the statements of the request being made
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        issued.append((sql, params))
+        return execute(sql, params, many, context)
+
     for name, path, turns in PAGES:
         result = results[name]
         for i in range(EXPLAINED_PER_PAGE):
-            issued: list[tuple[str, Any]] = []
-
-            def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-                issued.append((sql, params))  # noqa: B023 - used within this iteration only
-                return execute(sql, params, many, context)
-
+            issued.clear()
             url = fill_path(path, turns, i, rng, args, now)
             with connection.execute_wrapper(capture):
                 result.statuses.add((api if name.startswith("API") else session).get(url).status_code)

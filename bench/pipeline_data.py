@@ -60,11 +60,10 @@ def create(conn: psycopg.Connection[Any], signals: int, users: int, seed: int, s
     now = datetime.now(UTC)
     base = (now - timedelta(hours=HOURS)).replace(minute=0, second=0, microsecond=0)
     data = Dataset(base, rng.sample(range(1, 10 * users + 1), users), sender_id)
-    made = [
-        model.objects.bulk_create([model(slug=f"bench-{kind}-{i}", name=f"{kind.title()} {i}") for i in range(count)])
-        for model, kind, count in ((Community, "community", COMMUNITIES), (Cohort, "cohort", COHORTS))
-    ]
-    community_ids, cohort_ids = ([group.pk for group in groups] for groups in made)
+    tools.make_groups(conn, COMMUNITIES, COHORTS, now)
+    community_ids, cohort_ids = (
+        [row[0] for row in conn.execute(f"SELECT id FROM {table} ORDER BY id")] for table in floor.GROUP_TABLES
+    )
     for user_id in data.user_ids:
         if joined := rng.sample(community_ids, rng.randint(0, MAX_COMMUNITIES)):
             data.communities[user_id] = sorted(joined)
