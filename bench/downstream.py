@@ -207,20 +207,16 @@ def main(argv: list[str]) -> int:
         progress("latency")
         latency = bench_latency(args.latency_samples, args.broker)
 
+    command = common.command_line("downstream.py", argv)
     section = SECTION.format(
-        command=common.command_line("downstream.py", argv),
+        command=command,
         now=datetime.datetime.now(datetime.UTC),
         python=platform.python_version(),
         machine=platform.machine(),
         cores=os.cpu_count(),
         **vars(args) | feed | export | latency,
     )
-    print(section)
-    if not args.no_write:
-        from bench import report
-
-        report.write_section(args.output, section, start=START, end=END)
-    return 0
+    return common.conclude(args, command, [section], [], True, lambda: section, (START, END))
 
 
 if __name__ == "__main__":

@@ -23,13 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.pipeline_floor import SIGNAL_TABLE
+from bench.pipeline_floor import KINDS, SIGNAL_TABLE, WEIGHTS
 
 BATCH = 1_000
 TEMPLATES = 4  # distinct batches per client, reused with new keys
 REQUEST_MARK = "@@@@@@@@"  # 8 characters, replaced by the request number in each key
-KINDS = ("view", "like", "share", "comment")
-WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
 INSERT_SQL = (
     f"INSERT INTO {SIGNAL_TABLE} (sender_id, received_at, outcome, user_id, item_id, kind, weight, occurred_at,"
     " idempotency_key) SELECT %s, now(), 0, u.* FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[],"

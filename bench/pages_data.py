@@ -10,13 +10,14 @@ row by row and leaves the same indexes the migrations made.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from bench.common import progress
 from bench.tools import AGGREGATES, LEFT_AT_BASE_NS, make_groups
 from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 
@@ -118,18 +119,11 @@ def record_values(status: MembershipStatus) -> list[bytes]:
 
 
 def fill(
-    conn: psycopg.Connection[Any],
-    *,
-    signals: int,
-    records: int,
-    history: int,
-    rows_per_hour: tuple[int, int],
-    sender_id: int,
-    now: datetime,
-    progress: Callable[[str], None],
+    conn: psycopg.Connection[Any], args: Any, rows_per_hour: tuple[int, int], sender_id: int, now: datetime
 ) -> dict[str, float]:
-    """Load every table; ``conn`` is autocommit. ``rows_per_hour``: aggregate rows a (community, hour)
-    and a (cohort, hour). Returns the seconds each step took."""
+    """Load every table of the sizes ``args`` gives; ``conn`` is autocommit. ``rows_per_hour``: aggregate
+    rows a (community, hour) and a (cohort, hour). Returns the seconds each step took."""
+    signals, records, history = args.signals, args.records, args.history
     conn.execute("SET synchronous_commit = off")
     conn.execute("SET maintenance_work_mem = '512MB'")
     conn.execute("SELECT setseed(0.42)")

@@ -19,7 +19,7 @@ import psycopg
 
 from bench import pipeline_floor as floor
 from bench import tools
-from bench.pipeline_floor import AGGREGATE_TABLES, MEMBER_TABLES, SIGNAL_TABLE, TARGETS
+from bench.pipeline_floor import AGGREGATE_TABLES, KINDS, MEMBER_TABLES, SIGNAL_TABLE, TARGETS, WEIGHTS
 from community.models import ChangeSource, Cohort, CohortMember, Community, CommunityLeave, CommunityMember
 from community.services.layer import bulk_leave_community_layer
 from signals_app.models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal
@@ -34,11 +34,7 @@ assert FLOOR_CODES == (Outcome.ATTRIBUTED, Outcome.GATED, Outcome.NO_TARGET, Gat
 COMMUNITIES, COHORTS, ITEMS, HOURS = 100, 30, 5_000, 24
 MAX_COMMUNITIES, MAX_COHORTS = 6, 4  # each user in 0..6 communities (3 on average), 0..4 cohorts (2)
 LEFT_SHARE = 0.10
-KINDS = ("view", "like", "share", "comment")
-KIND_WEIGHTS = (70, 15, 5, 10)
-# Binary fractions: their sums are exact in any order, so two pipelines that add the same
-# increments in another order still write bit-identical weight sums.
-WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
+KIND_WEIGHTS = (70, 15, 5, 10)  # of pipeline_floor.KINDS
 LEAVE_CHUNK = 1_000
 
 # (target id, hour, item id, kind) -> (count, weight sum, last time)
@@ -64,11 +60,10 @@ def create(conn: psycopg.Connection[Any], signals: int, users: int, seed: int, s
     now = datetime.now(UTC)
     base = (now - timedelta(hours=HOURS)).replace(minute=0, second=0, microsecond=0)
     data = Dataset(base, rng.sample(range(1, 10 * users + 1), users), sender_id)
-    made = [
-        model.objects.bulk_create([model(slug=f"bench-{kind}-{i}", name=f"{kind.title()} {i}") for i in range(count)])
-        for model, kind, count in ((Community, "community", COMMUNITIES), (Cohort, "cohort", COHORTS))
-    ]
-    community_ids, cohort_ids = ([group.pk for group in groups] for groups in made)
+    tools.make_groups(conn, COMMUNITIES, COHORTS, now)
+    community_ids, cohort_ids = (
+        [row[0] for row in conn.execute(f"SELECT id FROM {table} ORDER BY id")] for table in floor.GROUP_TABLES
+    )
     for user_id in data.user_ids:
         if joined := rng.sample(community_ids, rng.randint(0, MAX_COMMUNITIES)):
             data.communities[user_id] = sorted(joined)

@@ -30,6 +30,10 @@ LEAVE_TABLE = "community_communityleave"
 TARGETS = ("community_id", "cohort_id")  # the member and aggregate tables' group column
 ATTRIBUTED, GATED, NO_TARGET = 1, 2, 3
 LEFT_AT_PROCESSING = 3  # GatedReason.LEFT_AT_PROCESSING
+# The signals' kinds and weights, here for the ingest clients, which run without Django too. The weights
+# are binary fractions: their sums are exact in any order, so two pipelines write bit-identical sums.
+KINDS = ("view", "like", "share", "comment")
+WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
 
 # The cache's rule: every record that is not a well-formed ACTIVE one gates its user.
 GATED_SQL = f"SELECT user_id FROM {LEAVE_TABLE} WHERE NOT (octet_length(value) = 9 AND get_byte(value, 0) = 0)"

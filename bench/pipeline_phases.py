@@ -50,6 +50,7 @@ WHILE_QUEUED_SHARE_BUDGET = 0.03  # gate + fence + the while-queued check under 
 WHILE_QUEUED_CHANGES = 100
 INGEST_BUDGET = 0.7  # signals accepted over HTTP, at least 0.7x the bare insert of the same rows
 CELERY_QUEUE = "celery"
+BENCH = PROJECT_DIR / "bench"
 TASK_RUNTIME = re.compile(r"Task signals_app\.tasks\.process_signal_batch\[[^\]]+\] succeeded in ([0-9.]+)s")
 
 
@@ -144,20 +145,21 @@ class PipelineBench(Results):
             ratio(steady / floor),
         )
         self.note("1. worker boot: start to its first batch written", ms(median("boot")))
-        floor_batch = settings.SIGNAL_BATCH_SIZE / floor  # its time a batch, at its median rate
-        cycle, inside = median("cycle"), median("inside")  # inside: NaN without task lines in the log
+        cycle, inside = median("cycle"), median("inside")
         self.note(
             "1. worker per batch, median: one batch's write to the next's (inside the task, as Celery's"
             " 'succeeded in' says; between tasks: ack, next message, prefork hand-over, connection checks)",
-            f"{ms(cycle)} ({ms(inside)} inside, {ms(cycle - inside)} between)" if not math.isnan(inside) else ms(cycle),
-            ms(floor_batch),
+            f"{ms(cycle)} ({ms(inside)} inside, {ms(cycle - inside)} between)",
+            ms(settings.SIGNAL_BATCH_SIZE / floor),  # the floor's time a batch, at its median rate
         )
 
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **options: Any) -> Any:
+        return self.children.start(name, argv, env={**self.child_env, **(env or {})}, cwd=PROJECT_DIR, **options)
+
     def run_floor(self, *options: str) -> dict[str, Any]:
-        argv = [sys.executable, str(PROJECT_DIR / "bench" / "pipeline_floor.py"), self.child_env["DATABASE_URL"]]
+        argv = [sys.executable, str(BENCH / "pipeline_floor.py"), self.child_env["DATABASE_URL"]]
         argv += ["--batch-size", str(settings.SIGNAL_BATCH_SIZE), *options]
-        child = self.children.start("floor", argv, env=self.child_env, cwd=PROJECT_DIR)
-        return json_answer(self.children, child, 3_600)
+        return json_answer(self.children, self.start("floor", argv), 3_600)
 
     def run_worker(self) -> dict[str, float]:
         """Enqueue every pending signal, start one worker, wait until none is pending; its figures."""
@@ -171,7 +173,7 @@ class PipelineBench(Results):
         # INFO: one "succeeded in" line a task, read below for the time spent inside each task.
         argv += ["--loglevel=INFO", "--without-heartbeat", "--without-gossip", "--without-mingle"]
         argv += ["--hostname", "bench-pipeline@%h"]
-        worker = self.children.start("worker", argv, env=self.child_env, cwd=PROJECT_DIR, keep_lines=4 * queued + 200)
+        worker = self.start("worker", argv, keep_lines=4 * queued + 200)
 
         def done() -> bool:  # the queue's length from Redis: polling costs the database nothing meanwhile
             if not worker.running:
@@ -193,14 +195,14 @@ class PipelineBench(Results):
             len(moments) == tasks,
             f"the worker processed the signals in {tasks} batches (found {len(moments)} processing times)",
         )
-        # Only for information: absent if the project's logging ever hides Celery's task lines.
-        runtimes = [float(seconds) for seconds in TASK_RUNTIME.findall(worker.output())]
+        # Only for information: NaN if the project's logging ever hides Celery's task lines.
+        runtimes = [float(seconds) for seconds in TASK_RUNTIME.findall(worker.output())] or [math.nan]
         return {
             "rate": count / (moments[-1] - worker.started),  # from its start to its last batch's processed_at
             "steady": (count - count / len(moments)) / (moments[-1] - moments[0]),  # the first batch not counted
             "boot": moments[0] - worker.started,
             "cycle": statistics.median(b - a for a, b in itertools.pairwise(moments)),
-            "inside": statistics.median(runtimes) if runtimes else math.nan,
+            "inside": statistics.median(runtimes),
         }
 
     # --- budgets 2 and 2b: the gate's and the fence's share of a batch -----------------------
@@ -337,13 +339,9 @@ class PipelineBench(Results):
         vacuum(self.conn, (SIGNAL_TABLE,))
         start = time.time() + (2.0 if self.args.quick else 3.0)
         end = start + seconds
-        argv = [sys.executable, str(PROJECT_DIR / "bench" / "ingest_client.py"), mode, *target]
+        argv = [sys.executable, str(BENCH / "ingest_client.py"), mode, *target]
         argv += ["--seed", str(self.args.seed), "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
-        env = {**self.child_env, **(env or {})}
-        clients = [
-            self.children.start(f"client-{n}", [*argv, "--client", str(n)], env=env, cwd=PROJECT_DIR)
-            for n in range(self.args.ingest_clients)
-        ]
+        clients = [self.start(f"client-{n}", [*argv, "--client", str(n)], env) for n in range(self.args.ingest_clients)]
         results = [json_answer(self.children, client, max(end - time.time(), 0) + 120) for client in clients]
         merged = {key: sum(r[key] for r in results) for key in ("signals", "total_signals", "errors")}
         merged["latencies"] = [latency for r in results for latency in r["latencies"]]
