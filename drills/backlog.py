@@ -1,11 +1,8 @@
-"""Drill 8: a backlog longer than the sweep threshold, and no sweep storm.
+"""Drill 8: a backlog longer than the sweep threshold, and no sweep storm (see the README's table).
 
-The workers are paused (SIGSTOP: they keep their state and take no work) while clients keep
-posting signals for longer than SIGNAL_SWEEP_AFTER_SECONDS, and the sweep runs as beat would
-(every SIGNAL_SWEEP_EVERY_SECONDS, in a process of its own, since the paused workers would
-not take beat's task). Every signal's task is still in the queue, so the sweep must send
-none again. Then the workers resume and drain the queue; the tasks enqueued per signal are
-reported. Afterwards a sweep finds nothing to do, and nothing was lost or counted twice.
+The sweep runs every SIGNAL_SWEEP_EVERY_SECONDS in a process of its own, since the paused workers
+would not take beat's task. Every signal's task is still queued, so it must send none again;
+after the drain a sweep finds nothing to do.
 """
 
 from __future__ import annotations
@@ -32,24 +29,18 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     seconds = 300.0 if full else 20.0
     every = float(dep.env["SIGNAL_SWEEP_EVERY_SECONDS"])
     enqueued = sweeps = deferred = 0
-    for name in dep.workers():
-        dep.pause(name)
     started = time.monotonic()
-    try:
-        with checks.SignalLoad(client, users, threads=1, batch=50) as load:
-            while time.monotonic() - started < seconds:
-                time.sleep(every)
-                sent, deferred = _sweep(dep)
-                enqueued += sent
-                sweeps += 1
-    finally:
-        for name in dep.workers():
-            dep.resume(name)
+    with dep.workers_paused(), checks.SignalLoad(client, users, threads=1, batch=50) as load:
+        while time.monotonic() - started < seconds:
+            time.sleep(every)
+            sent, deferred = _sweep(dep)
+            enqueued += sent
+            sweeps += 1
     backlog = round(time.monotonic() - started, 1)
     drain = checks.wait_until_processed(dep, timeout=600)
     after, _ = _sweep(dep)
     accepted = len(load.sent)
-    lost = checks.check_nothing_lost(dep, load, targets)
+    lost, nothing_lost = checks.nothing_lost(dep, load.sent, targets)
     return {
         "backlog_seconds": backlog,
         "sweeps": sweeps,
@@ -59,5 +50,5 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
         "drain_seconds": drain,
         "sweep_after_drain": after,
         "checks": lost,
-        "passed": sweeps >= 2 and not enqueued and deferred > 0 and not after and checks.nothing_lost(lost),
+        "passed": sweeps >= 2 and not enqueued and deferred > 0 and not after and nothing_lost,
     }

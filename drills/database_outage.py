@@ -48,7 +48,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     checks.wait_until_processed(dep, timeout=300)
     stored = checks.outcomes(dep)
     left_signals = [s for s in load.sent if s.user_id == left_user]
-    lost = checks.check_nothing_lost(dep, load, {u: t for u, t in targets.items() if u != left_user})
+    lost, nothing_lost = checks.nothing_lost(dep, load.sent, {u: t for u, t in targets.items() if u != left_user})
     caches, caches_match = checks.caches(dep, client)
     result = {
         "down_seconds": down,
@@ -62,7 +62,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     }
     statuses = set(during) | set(load.errors)
     result["passed"] = bool(
-        checks.nothing_lost(lost)
+        nothing_lost
         and result["left_user_not_gated"] == 0
         and json_bodies
         and "503" in during

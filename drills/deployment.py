@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,21 +31,17 @@ from support.processes import Supervisor, free_port, wait_until
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-PG_SERVER = os.environ.get("DRILL_PG_SERVER", "postgres://127.0.0.1:5432")
-REDIS_SERVER = os.environ.get("DRILL_REDIS_SERVER", "redis://127.0.0.1:6379")
+PG_SERVER = "postgres://127.0.0.1:5432"
+REDIS_SERVER = "redis://127.0.0.1:6379"
 
 
 def unit_command(unit: str, *, instance: str = "") -> list[str]:
-    """The ExecStart of one of deploy/systemd's units, run from this checkout's environment.
-
-    The drills start the web, worker and beat processes exactly as those files do, with the
-    installed programs' paths replaced by this interpreter's modules.
-    """
+    """The ExecStart of one of deploy/systemd's units, its installed program replaced by this
+    interpreter's module of that name (the drills start their processes exactly as the units do)."""
     text = (PROJECT_DIR / "deploy" / "systemd" / unit).read_text()
     (line,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     argv = shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("%i", instance).replace("%H", "%h"))
-    program = Path(argv[0]).name
-    return [PYTHON, "-m", program, *argv[1:]]
+    return [PYTHON, "-m", Path(argv[0]).name, *argv[1:]]
 
 
 class Deployment(Supervisor):
@@ -117,15 +114,14 @@ class Deployment(Supervisor):
         redis.Redis.from_url(self.broker_url).flushdb()
         redis.Redis.from_url(self.env["CACHE_URL"]).flushdb()
         self.manage("migrate", "--noinput")
-        self.token = self.manage("create_service_account", "drill-service").strip().splitlines()[-1]
+        self.token = self.service_client("drill-service").token
         self.run("web", unit_command("tidal-web.service"))
         for index in range(self.celery_workers):
             self.start_worker(f"worker{index}")
         schedule = f"--schedule={self.logs / 'celerybeat-schedule'}"
         self.run("beat", [schedule if a.startswith("--schedule=") else a for a in unit_command("tidal-beat.service")])
-        client = Client(self.url, "")
         what = f"the web server (see {self.logs}/web.log)"
-        wait_until(lambda: client.request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=60, what=what)
+        wait_until(lambda: self.client().request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=60, what=what)
         self.watch()
 
     def stop(self) -> None:
@@ -149,6 +145,17 @@ class Deployment(Supervisor):
 
     def start_worker(self, name: str) -> None:
         self.run(name, unit_command("tidal-worker@.service", instance=name.removeprefix("worker")))
+
+    @contextlib.contextmanager
+    def workers_paused(self) -> Iterator[None]:
+        """The Celery workers SIGSTOPped (they keep their state and take no work) until the block ends."""
+        for name in self.workers():
+            self.pause(name)
+        try:
+            yield
+        finally:
+            for name in self.workers():
+                self.resume(name)
 
     def crash(self, name: str, *, down: float = 0.5) -> None:
         """kill -9 the worker ``name`` (parent and children), and start it again ``down`` seconds later."""

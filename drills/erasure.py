@@ -1,14 +1,10 @@
-"""Drill 7: users erased while their signals stream in and workers run; a Celery worker is
-killed with -9 in the middle of a bulk erasure job and started again.
-
-Afterwards: no signal of an erased user exists (none was stored after its erasure returned,
-none received before it survived), every aggregate equals what the remaining signals give
-when recomputed from what the drill sent (the trending lists are read off those rows), the
-bulk job finished every user, and ``verify_stop_forward`` exits 0.
+"""Drill 7: users erased while their signals stream in, a worker killed with -9 in the middle of
+the bulk erasure job (what must hold is in the README's table; run.py runs ``verify_stop_forward``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import Counter
@@ -16,6 +12,7 @@ from typing import Any
 
 from drills import checks
 from drills.deployment import Deployment
+from support.processes import wait_until
 
 
 def _job_worker(dep: Deployment) -> str | None:
@@ -37,10 +34,8 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     eraser = dep.service_client("drill-eraser", "community.erase_communityleave", "community.view_communityleave")
     client, users = dep.client(), list(range(30_000, 30_400))
     targets = checks.setup_targets(dep, client, users)
-    rng = random.Random(11)
-    order = users[:]
-    rng.shuffle(order)
-    one_by_one, in_bulk = order[:30], order[30:130]
+    chosen = random.Random(11).sample(users, 130)
+    one_by_one, in_bulk = chosen[:30], chosen[30:]
     settle = 20.0 if full else 3.0  # seconds of load before the first erasure and after the last
     erased_at: dict[int, float] = {}  # user -> monotonic time its erasure answered (or its job finished)
     timings: list[float] = []
@@ -61,6 +56,9 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
                 errors[str(status)] += 1
             time.sleep(0.1)
 
+    def job_progress() -> dict[str, Any]:
+        return eraser.request("GET", f"/api/erasures/{job['id']}/")[1] or {}
+
     with checks.SignalLoad(client, users, threads=2, batch=200) as load:
         time.sleep(settle)
         erase(one_by_one[:15])
@@ -69,27 +67,21 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
         # Kill the worker running the job once some users are done and some are not.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            _, progress = eraser.request("GET", f"/api/erasures/{job['id']}/")
-            if progress and 0 < progress["done"] < progress["total"]:
-                name = _job_worker(dep)
-                if name is not None:
-                    killed_mid_job = progress["pending"] > 0
-                    dep.crash(name)
-                    break
-            if progress and progress["state"] == "done":
+            progress = job_progress()
+            if progress.get("state") == "done":
+                break
+            name = _job_worker(dep) if 0 < progress.get("done", 0) < progress.get("total", 0) else None
+            if name is not None:
+                killed_mid_job = progress["pending"] > 0
+                dep.crash(name)
                 break
             time.sleep(0.02)
         erase(one_by_one[15:])
         time.sleep(settle)  # erased users' signals keep coming: suppressed, never stored
         load.stop()
-    deadline = time.monotonic() + 120
-    progress: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        _, progress = eraser.request("GET", f"/api/erasures/{job['id']}/")
-        if progress and progress["state"] == "done":
-            break
-        time.sleep(0.5)
-    progress = progress or {}
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: job_progress().get("state") == "done", timeout=120, interval=0.5, what="the erasure job")
+    progress = job_progress()
     job_done_at = time.monotonic()
     for user in in_bulk:
         erased_at.setdefault(user, job_done_at)

@@ -1,16 +1,12 @@
-"""Drill 7: a restore under the running deployment moves the leave clock backwards.
-
-pg_dump at version V; more leaves, which every web and worker process syncs to (their
-caches are at V + k); the dump restored with pg_restore under the running processes; then a
-leave. Every process must gate that user at once, though the clock now reads V + 1, below the
-version they cached. Workers are paused with signals queued for that user while the leave is
-made, so the first thing each does afterwards is gate with its old cache. Then enough leaves
-to overtake the cached version (the case only the history row at that version can tell), and
-every cache must equal the records.
+"""Drill 7: a restore under the running deployment moves the leave clock backwards (the README's
+table says how). Every process must gate the new leaver at once, though the clock then reads
+below the version they cached; the leaves that overtake the cached version are the case only
+the history row at that version can tell.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 import uuid
@@ -22,6 +18,9 @@ from drills import checks
 from drills.checks import GATED
 from drills.deployment import Deployment
 from support.client import Client
+
+# Why a process re-warmed its cache, without the versions (they differ from process to process).
+WARMED = re.compile(r"leave cache warmed \((clock went back|history at version|[^)]+)")
 
 
 def _leave(client: Client, user_id: int, errors: list[str]) -> int:
@@ -47,11 +46,6 @@ def _post(client: Client, user_id: int, count: int, errors: list[str]) -> list[s
     return keys
 
 
-def _gated(dep: Deployment, keys: list[str]) -> int:
-    query = "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s"
-    return int(dep.sql(query, [keys, GATED])[0][0])
-
-
 def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(60_000, 60_000 + (60 if full else 30)))
     checks.setup_targets(dep, client, users)
@@ -74,15 +68,10 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     # Workers paused with signals queued for the next leaver: when they resume, they gate
     # with the cache they had, fenced by the restored clock.
     leaver = rest[0]
-    for name in dep.workers():
-        dep.pause(name)
-    try:
+    with dep.workers_paused():
         queued = _post(client, leaver, 12, errors)
         first = _leave(client, leaver, errors)
         received = _post(client, leaver, 24, errors)
-    finally:
-        for name in dep.workers():
-            dep.resume(name)
     # Overtake: more leaves than the versions lost, so the clock passes what processes cached.
     overtakers = rest[1 : 1 + len(after) + 2]
     for user_id in overtakers:
@@ -90,13 +79,8 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     overtaken = [key for user_id in overtakers for key in _post(client, user_id, 2, errors)]
     checks.wait_until_processed(dep, timeout=120)
     time.sleep(0.5)
-    reasons: Counter[str] = Counter()
-    for name in ["web", *dep.workers()]:
-        for line in dep.log_since_start(name).splitlines():
-            if "leave cache warmed (" in line and "first use" not in line:
-                reason = line.split("leave cache warmed (", 1)[1].split(")", 1)[0]
-                reason = "clock went back" if reason.startswith("clock went back") else reason
-                reasons["history rewritten" if reason.startswith("history at version") else reason] += 1
+    found = Counter(WARMED.findall("".join(dep.log_since_start(name) for name in ["web", *dep.workers()])))
+    reasons = {"history rewritten" if r == "history at version" else r: n for r, n in found.items() if r != "first use"}
     result: dict[str, Any] = {
         "dump_version": dump_version,
         "cached_version_before_restore": cached,
@@ -104,10 +88,11 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
         "version_after_first_leave": first,
     }
     every_gated = True
+    query = "SELECT count(*) FROM signals_app_signal WHERE idempotency_key = ANY(%s) AND outcome = %s"
     for kind, keys in (("queued", queued), ("received", received), ("overtaken", overtaken)):
-        result[f"{kind}_gated"], result[f"{kind}_total"] = _gated(dep, keys), len(keys)
+        result[f"{kind}_gated"], result[f"{kind}_total"] = dep.sql(query, [keys, GATED])[0][0], len(keys)
         every_gated = every_gated and result[f"{kind}_gated"] == len(keys) > 0
     caches, caches_match = checks.caches(dep, client, samples=16)
-    result.update(warm_reasons=dict(reasons), **caches, errors=errors[:10])
+    result.update(warm_reasons=reasons, **caches, errors=errors[:10])
     result["passed"] = first <= cached and every_gated and caches_match and not errors
     return result

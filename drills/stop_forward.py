@@ -1,11 +1,6 @@
-"""Drill 1: the stop-forward race (``stop_forward_pooled``: the same, web and workers connected
-through a real PgBouncer in transaction mode, as the README recommends past a few hundred processes).
-
-Load generators keep posting signals for members of communities and cohorts while other
-clients make the same users leave and rejoin, each request on a new connection, so that
-gunicorn spreads them over its web processes. For every signal posted after a leave was
-answered and before the next rejoin was sent, the outcome must be gated, and the
-aggregates must equal what the attributed signals alone add up to.
+"""Drill 1: the stop-forward race (``stop_forward_pooled``: the same through PgBouncer), as the
+README's table says: each request on a new connection, so that gunicorn spreads them over its
+web processes.
 
 "Posted" is the whole POST: sent after the leave's answer came back, answered (202) before
 the rejoin was sent. A POST still in flight when the rejoin is sent may reach the server
@@ -26,10 +21,8 @@ from drills.deployment import Deployment
 
 
 def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
-    """Short: 10 seconds. Full: 90 seconds (at least 1,000 leaves here)."""
-    seconds, togglers = (90 if full else 10), 3
-    client = dep.client()
-    user_ids = list(range(10_000, 10_040))
+    seconds, togglers = (90 if full else 10), 3  # full: at least 1,000 leaves here
+    client, user_ids = dep.client(), list(range(10_000, 10_040))
     targets = checks.setup_targets(dep, client, user_ids)
     # Each user's left periods as the clients saw them: [the leave's answer, the rejoin's send].
     windows: dict[int, list[list[float]]] = {u: [] for u in user_ids}

@@ -40,21 +40,19 @@ class Receiver:
             self.concurrent_max = max(self.concurrent_max, self.in_flight)
             self.counts["messages"] += 1
         try:
-            try:
-                payload = Webhook(self.secret).verify(body, headers)
-            except WebhookVerificationError:
-                with self.lock:
-                    self.counts["bad_signatures"] += 1
+            payload = Webhook(self.secret).verify(body, headers)
+        except WebhookVerificationError:
+            payload = None
+        with self.lock:
+            self.in_flight -= 1
+            if payload is None:
+                self.counts["bad_signatures"] += 1
                 return 400
-            with self.lock:
-                if self.rng.random() < self.fail_ratio:
-                    self.counts["answered_500"] += 1
-                    return 500
-                self.accepted.append(payload["data"]["changes"])
+            if self.rng.random() < self.fail_ratio:
+                self.counts["answered_500"] += 1
+                return 500
+            self.accepted.append(payload["data"]["changes"])
             return 204
-        finally:
-            with self.lock:
-                self.in_flight -= 1
 
     def start(self) -> None:
         self.server = serve(self.receive, port=self.port)

@@ -6,7 +6,7 @@
 2. **Authorization sweep** (``sweeps``): every operation with four identities (anonymous, an
    unknown token, a plain account, the service account); the plain account's refused calls
    must write nothing.
-3. **Bad bodies and path parameters** (``sweeps.bad_bodies``, ``sweeps.BAD_PATH_VALUES``):
+3. **Bad bodies and path parameters** (``sweeps.bad_request_sweeps``):
    never 5xx, never a hang (10 s), nothing written (row counts compared around each request).
 
 Any 5xx is matched with its traceback in the deployment's ``web.log``. The details go to
@@ -26,19 +26,16 @@ from drills.deployment import PROJECT_DIR, Deployment
 from drills.hostile_input import schemathesis_run, sweeps
 from drills.hostile_input.common import operations, server_tracebacks, traceback_for
 
-SHORT_EXAMPLES, FULL_EXAMPLES = 50, 200
-
 
 def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
-    """Short: SHORT_EXAMPLES examples an operation. Full: FULL_EXAMPLES."""
-    examples = FULL_EXAMPLES if full else SHORT_EXAMPLES
+    examples = 200 if full else 50
     seed = int(os.environ.get("HOSTILE_INPUT_SEED") or random.randrange(2**31))
 
     ops = operations(dep)
-    fx = sweeps.make_fixture(dep)
+    fx = sweeps.Fixture(dep)
     started = time.monotonic()
     # In this order: the authorization sweep's service account makes changes the others must not meet.
-    groups = {"bad_body": sweeps.bad_body_sweep(dep, ops, fx), "bad_path": sweeps.bad_path_sweep(dep, ops, fx)}
+    groups = sweeps.bad_request_sweeps(dep, ops, fx)
     groups["authz"] = sweeps.authorization_sweep(dep, ops, fx)
     print(f"   sweeps: {sum(map(len, groups.values()))} requests in {time.monotonic() - started:.1f}s", flush=True)
 
@@ -51,7 +48,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     time.sleep(0.5)  # let the web workers flush their last log lines
     tracebacks = server_tracebacks(dep.log_since_start("web"))
     found = schemathesis_run.summarise(report, failures, tracebacks, st_log)
-    swept = sweeps.summarise(ops, groups, tracebacks)
+    swept = sweeps.summarise(groups, tracebacks)
     run = report.get("operations") or {}
     result = {
         "seed": seed,

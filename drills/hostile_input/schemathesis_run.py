@@ -25,12 +25,7 @@ def run_schemathesis(dep: Deployment, *, examples: int, seed: int, log: Path) ->
         argv += ["--continue-on-failure"]  # else an operation stops at its first failure, hiding the rest
         argv += ["--max-examples", str(examples), "--seed", str(seed), "--workers", "2"]
         argv += ["--request-timeout", str(TIMEOUT), "--report", "json,ndjson"]
-        argv += [
-            "--report-json-path",
-            str(folder / "report.json"),
-            "--report-ndjson-path",
-            str(folder / "events.ndjson"),
-        ]
+        argv += ["--report-json-path", "report.json", "--report-ndjson-path", "events.ndjson"]  # in the folder
         limit = 300 + examples * 12
         with log.open("w") as out:
             try:
