@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: arguments, a database of their own (``database``), the
-machine's facts, and printing and writing their results."""
+"""What the benchmark scripts share: arguments, a database of their own, the machine's facts,
+gunicorn, and printing and writing their results."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
+
+from bench import report
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SETTINGS = "tidalproject.settings.dev"
@@ -54,16 +55,13 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join([str(shown), f"bench/{script}", *argv])  # run from the project folder
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # so that the finally clauses stop the children and drop the database
-
-
 @contextmanager
 def database(name: str, server: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """A new database ``name`` that Django is set up on and has migrated; yields its URL. ``env``
     is forced (the database too: the script drops it); DEBUG=false (dev's default DEBUG=True logs
     every query) and LOG_LEVEL=WARNING are defaults. Dropped at the end, also on error, Ctrl-C or SIGTERM."""
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM as an exit, so that the finally clauses stop the children and drop the database.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     server = server.rstrip("/")
     url = f"{server}/{name}"
     os.environ.update({"DJANGO_SETTINGS_MODULE": SETTINGS, "DATABASE_URL": url, **(env or {})})
@@ -162,8 +160,6 @@ def conclude(
     failed_prefix: str = "CHECK FAILED",
 ) -> int:
     """Print the results, write the section between ``markers`` unless --no-write; the exit status."""
-    from bench import report
-
     for block in printed:
         print(f"\n{block}")
     for what in failed:
@@ -221,15 +217,10 @@ def finish(
 ) -> int:
     """``conclude`` for a report.Results ``found``: its budgets and its rows for information, each a
     table, then its checks; a ``title`` above the section puts its headings one level down."""
-    from bench import report
-
     command = command_line(script, argv)
     tables = [(name, rows) for name, rows in (("Budgets", found.budgets), ("For information", found.info)) if rows]
     parts = [(name, report.markdown_table(rows)) for name, rows in tables]
     parts.append(("Checks", checks_text(found.failed_checks, passed_text)))
     printed = [report.text_table(name.upper(), rows) for name, rows in tables]
-
-    def section() -> str:
-        return title + results_section(command, facts, parts, found.passed, level=3 if title else 2)
-
-    return conclude(args, command, printed, found.failed_checks, found.passed, section, markers)
+    section = title + results_section(command, facts, parts, found.passed, level=3 if title else 2)
+    return conclude(args, command, printed, found.failed_checks, found.passed, lambda: section, markers)
