@@ -1,11 +1,10 @@
-"""The leave cache's budgets, each measured against a floor taken in the same run.
-
-Imported only after ``django.setup()``: run.py owns the database and the settings.
-"""
+"""The leave cache's budgets, each measured against a floor taken in the same run (BENCHMARKS.md).
+Imported only after ``django.setup()``: run.py owns the database and the settings."""
 
 from __future__ import annotations
 
 import argparse
+import array
 import ctypes
 import gc
 import multiprocessing
@@ -13,7 +12,9 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+import timeit
+import tracemalloc
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from bench import tools
 from bench.common import progress
 from bench.report import Results, mib, ms, ns, ratio, us
 from community.cache import leave_cache, leave_gate
-from community.membership import MembershipStatus
+from community.membership import CommunityMembership, MembershipStatus, serialize_membership
 from community.models import ChangeSource, CommunityLeave, LeaveClock
 from community.services.layer import bulk_leave_community_layer
 
@@ -38,14 +39,16 @@ FLOOR_FENCE_SQL = f"SELECT version, generation FROM {LeaveClock._meta.db_table} 
 
 GATE_CHECK_BUDGET = 2.0
 WARM_BUDGET = 1.5
-DENSE_BYTES_BUDGET = 4  # per gated user, ids from 1 to 10x the records
+DENSE_BYTES_BUDGET = 4  # per gated user, ids from 1 to ID_SPACE times the records
 SPARSE_BYTES_BUDGET = 16  # per gated user, ids from 1 to SPARSE_SPACE
-SPARSE_SPACE = 2**32  # the whole 32-bit id space: one gated user in ~4,300 ids at 1,000,000
 FENCE_QUERIES_BUDGET = 1
+ID_SPACE = 10  # dense ids: the leavers are a sparse subset of 10 times as many users
+SPARSE_SPACE = 2**32  # the whole 32-bit id space: one gated user in ~4,300 ids at 1,000,000
 ACTIVE_SHARE = 0.10
 PROBES = 200_000
 SYNC_STEPS = (1, 100, 10_000)
 LEAVE_CHUNK = 1_000
+SCALE = 10_000_000  # gated users of the warm at scale, skipped with --quick
 # Rounds of each measurement, and the fence's calls a round: (with --quick, without).
 ROUNDS = {"warm": (3, 7), "lookup": (10, 31), "fence": (3, 7), "fence_calls": (300, 1_000), "sync": (1, 3)}
 
@@ -55,6 +58,67 @@ def is_gated(value: bytes) -> bool:
     return value[0] != MembershipStatus.ACTIVE
 
 
+def leave_records(count: int, share: float, seed: int, space: int | None) -> list[tuple[int, bytes]]:
+    """``count`` rows of (user_id, 9-byte record) in random id order, ``share`` of them ACTIVE (users
+    who left and rejoined: they keep their ``left_at_ns``), ids drawn from 1..``space`` (default
+    ``ID_SPACE`` times ``count``), one ``left_at_ns`` a second from ``tools.LEFT_AT_BASE_NS``."""
+    ids = random.Random(seed).sample(range(1, (space or ID_SPACE * count) + 1), count)
+    active = round(count * share)
+    records = []
+    for index, user_id in enumerate(ids):
+        status = MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT
+        left_at_ns = tools.LEFT_AT_BASE_NS + index * 10**9
+        records.append((user_id, serialize_membership(CommunityMembership(user_id, status, left_at_ns))))
+    return records
+
+
+def absent_ids(present: set[int], count: int, space: int, rng: random.Random) -> list[int]:
+    """``count`` distinct ids from 1..space that are not in ``present``."""
+    chosen: set[int] = set()
+    while len(chosen) < count:
+        candidate = rng.randint(1, space)
+        if candidate not in present:
+            chosen.add(candidate)
+    return list(chosen)
+
+
+def timed(run: Callable[[], object]) -> float:
+    """Seconds of ``run()``, started with the garbage collected (it stays on, as in production);
+    what it returns is freed after the clock stops."""
+    gc.collect()
+    started = time.perf_counter()
+    result = run()
+    seconds = time.perf_counter() - started
+    del result
+    return seconds
+
+
+def statement_medians(
+    statements: dict[str, str], namespace: dict[str, Any], rounds: int, number: int = 1
+) -> list[float]:
+    """The median seconds a call of each statement, timeit ``number`` times a round, alternating them."""
+    timers = [timeit.Timer(statement, globals=namespace) for statement in statements.values()]
+    samples: list[list[float]] = [[] for _ in timers]
+    for _ in range(rounds):
+        for timer, times in zip(timers, samples, strict=True):
+            times.append(timer.timeit(number=number) / number)
+    return [statistics.median(times) for times in samples]
+
+
+def set_floor_bytes(ids: Iterable[int]) -> int:
+    """What a bare Python set of these ids holds (tracemalloc): its table plus one int per id.
+    The ids are read back out of an array so that the set owns freshly made ints, as the cache
+    does when it builds its set from the rows it fetched."""
+    packed = array.array("q", ids)
+    gc.collect()
+    tracemalloc.start()
+    made = set(packed)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del made
+    return held
+
+
 def in_fresh_process(measure: Callable[[], Any]) -> Any:
     """``measure`` (a function of this module) in a new interpreter, spawned rather than forked
     so that it has no freed memory of this one's to reuse; Django is set up there first."""
@@ -62,19 +126,17 @@ def in_fresh_process(measure: Callable[[], Any]) -> Any:
         return pool.apply(measure)
 
 
-def _peak_rise(fn: Callable[[], object]) -> tuple[float, int]:
+def peak_rise(fn: Callable[[], object]) -> tuple[float, int]:
     """Seconds of ``fn`` and how far the resident set rose above its start meanwhile, libpq's
     result buffer included (Linux: 5 in /proc/self/clear_refs resets the high-water mark)."""
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     before = tools.status_kib("VmRSS")
-    started = time.perf_counter()
-    fn()
-    seconds = time.perf_counter() - started
+    seconds = timed(fn)
     return seconds, (tools.status_kib("VmHWM") - before) * 1024
 
 
-def _settled_rss() -> int:
+def settled_rss() -> int:
     """The resident set once the garbage collector and glibc's malloc_trim have given back what was freed."""
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -86,11 +148,11 @@ def warm_in_child() -> dict[str, Any]:
     keeps anyway (modules, compiled queries, the connection's buffers), so what a second warm
     keeps, the gate dropped between, is the gate's own memory (the bitmap, unseen by tracemalloc)."""
     LeaveClock.objects.get(pk=1)  # connect first: the connection is not the warm's cost
-    seconds, peak = _peak_rise(leave_gate)
+    seconds, peak = peak_rise(leave_gate)
     leave_cache.reset()
-    before = _settled_rss()
+    before = settled_rss()
     leave_gate()
-    retained = _settled_rss() - before
+    retained = settled_rss() - before
     rss = tools.status_kib("VmRSS") * 1024
     return {"seconds": seconds, "peak": peak, "retained": retained, "held": leave_cache.size, "rss": rss}
 
@@ -98,7 +160,7 @@ def warm_in_child() -> dict[str, Any]:
 def floor_in_child() -> int:
     """The resident-set peak of the floor's fetchall in a fresh process."""
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
-        return _peak_rise(lambda: conn.execute(FLOOR_WARM_SQL).fetchall())[1]
+        return peak_rise(lambda: conn.execute(FLOOR_WARM_SQL).fetchall())[1]
 
 
 def leave(user_ids: Sequence[int]) -> None:
@@ -125,21 +187,16 @@ class Bench(Results):
         self.syncs({user_id for user_id, _ in records})
         self.warm(0.0, "all LEFT", DENSE_BYTES_BUDGET, time_budget=False)  # the same ids; its time for information
         self.warm(ACTIVE_SHARE, f"{dense}, sparse ids (1..2^32)", SPARSE_BYTES_BUDGET, space=SPARSE_SPACE)
-        if self.args.scale:
-            self.scale(self.args.scale)
+        if not self.args.quick:
+            self.scale()
         self.sort()
 
-    def load(self, count: int, share: float, label: str = "", space: int | None = None) -> list[tuple[int, bytes]]:
-        """The table emptied, then ``count`` records of tools.leave_records; with a ``label``, the load's time noted."""
-        progress(f"making and loading {count:,} records {label}")
-        records = tools.leave_records(count, active_share=share, seed=self.args.seed, space=space)
+    def load(self, count: int, share: float, space: int | None = None) -> list[tuple[int, bytes]]:
+        """The table emptied, then loaded with ``count`` records of leave_records."""
+        progress(f"making and loading {count:,} records")
+        records = leave_records(count, share, self.args.seed, space)
         self.conn.execute(f"TRUNCATE {TABLE}")
-        started = time.perf_counter()
         tools.copy_records(self.conn, TABLE, records)
-        if label:
-            self.note(
-                f"0. load {count:,} records, {label} (COPY BINARY + VACUUM ANALYZE)", ms(time.perf_counter() - started)
-            )
         return records
 
     def floor_fetch(self) -> list[tuple[Any, ...]]:
@@ -148,18 +205,22 @@ class Bench(Results):
     def warm(
         self, share: float, label: str, memory_budget: int, *, space: int | None = None, time_budget: bool = True
     ) -> list[tuple[int, bytes]]:
-        """Budget 2: load the records, then measure their warm's time and memory; returns the records."""
-        records = self.load(self.args.records, share, label, space)
+        """Budgets 2a and 2b on freshly loaded records: the warm's time and memory; returns the records."""
+        records = self.load(self.args.records, share, space)
         rounds = self.rounds("warm")
         progress(f"warm vs floor, {len(records):,} records, {label}: {rounds} rounds")
-        cases = {"floor": (lambda: None, self.floor_fetch), "warm": (leave_cache.reset, leave_gate)}
-        tools.time_rounds(cases, 1)  # untimed: first use of each path
-        timing = tools.time_rounds(cases, rounds)
-        floor, warm = (statistics.median(timing[name]) for name in cases)
+        floor_times: list[float] = []
+        warm_times: list[float] = []
+        for _ in range(rounds + 1):  # alternating, so that drift hits both alike
+            floor_times.append(timed(self.floor_fetch))
+            leave_cache.reset()
+            warm_times.append(timed(leave_gate))
+        del floor_times[0], warm_times[0]  # the first round is untimed: the first use of each path
+        floor, warm = statistics.median(floor_times), statistics.median(warm_times)
         row = (
             f"2a. warm from {len(records):,} records, {label} (median of {rounds})",
-            f"{ms(warm)} (best {ms(min(timing['warm']))})",
-            f"{ms(floor)} (best {ms(min(timing['floor']))})",
+            f"{ms(warm)} (best {ms(min(warm_times))})",
+            f"{ms(floor)} (best {ms(min(floor_times))})",
             ratio(warm / floor),
         )
         if time_budget:
@@ -168,7 +229,6 @@ class Bench(Results):
             self.note(*row)
 
         expected = {user_id for user_id, value in records if is_gated(value)}
-        leave_cache.reset()
         warmed = leave_gate()
         self.check(
             leave_cache.size == len(expected)
@@ -179,7 +239,7 @@ class Bench(Results):
         progress(f"memory of the warm, {label}")
         child = in_fresh_process(warm_in_child)
         held, retained = child["held"], child["retained"]
-        set_floor = tools.set_floor_bytes(expected)
+        set_floor = set_floor_bytes(expected)
         self.budget(
             f"2b. memory a warmed process keeps per gated user, {label} ({held:,} held; resident set"
             " after malloc_trim, fresh process)",
@@ -198,21 +258,21 @@ class Bench(Results):
         )
         return records
 
-    def scale(self, count: int) -> None:
-        """For information: ``count`` gated users (ids 1..10x``count``, every 10th), made by the
-        database; one warm in a fresh process: its time, what the process keeps, and the machine's
-        total for the default process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit
-        of 2 Celery children: each holds its own gate)."""
-        progress(f"at scale: {count:,} gated users, made in SQL")
+    def scale(self) -> None:
+        """For information: SCALE gated users (every 10th id), made by the database; one warm in a
+        fresh process: its time, what the process keeps, and the machine's total for the default
+        process counts (gunicorn's 2 x CPUs + 1 web workers, one worker unit of 2 Celery children:
+        each holds its own gate)."""
+        progress(f"at scale: {SCALE:,} gated users, made in SQL")
         self.conn.execute(f"TRUNCATE {TABLE}")
         self.conn.execute(
             f"INSERT INTO {TABLE} (user_id, value) "
             "SELECT n * 10, '\\x01'::bytea || int8send(n) FROM generate_series(1, %s) n",
-            [count],
+            [SCALE],
         )
         self.conn.execute(f"VACUUM ANALYZE {TABLE}")
         child = in_fresh_process(warm_in_child)
-        floor = tools.time_rounds({"floor": (lambda: None, self.floor_fetch)}, 1)["floor"][0]
+        floor = timed(self.floor_fetch)
         held, retained = child["held"], child["retained"]
         processes = (os.cpu_count() or 1) * 2 + 1 + 2
         self.note(
@@ -249,14 +309,13 @@ class Bench(Results):
             len(queries) == FENCE_QUERIES_BUDGET,
         )
         with self.conn.cursor() as cursor:
-            timing = tools.statement_rounds(
+            floor, fenced = statement_medians(
                 {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},
                 {"gate": leave_gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)},
                 self.rounds("fence"),
                 number=self.rounds("fence_calls"),
             )
         self.check(leave_cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
-        floor, fenced = (statistics.median(timing[name]) for name in ("floor", "gate"))
         self.note(
             f"3. fence time per gate(), nothing changed, {count:,} records",
             us(fenced),
@@ -269,7 +328,14 @@ class Bench(Results):
         rounds = self.rounds("lookup")
         progress(f"gate look-ups vs dict, {PROBES:,} probes, {rounds} rounds")
         stored = dict(records)
-        probes = tools.probe_ids(list(stored), PROBES, space=tools.ID_SPACE * len(records), seed=self.args.seed + 2)
+        # Half ids with a record, half without, shuffled. Each probe is a new int object, as an id
+        # read from a signal would be: the very object stored in the dict would match by identity
+        # and flatter the floor.
+        rng = random.Random(self.args.seed + 2)
+        hits = rng.choices(list(stored), k=PROBES // 2)
+        probes = hits + absent_ids(set(stored), PROBES - len(hits), ID_SPACE * len(records), rng)
+        rng.shuffle(probes)
+        probes = array.array("q", probes).tolist()
         warmed = leave_gate()
         with CaptureQueriesContext(connection) as queries:
             answers = [warmed.is_left(user_id) for user_id in probes]
@@ -278,7 +344,7 @@ class Bench(Results):
             answers == [user_id in stored and is_gated(stored[user_id]) for user_id in probes],
             "gate.is_left() answers as the records say",
         )
-        timing = tools.statement_rounds(
+        medians = statement_medians(
             {
                 "loop": "for user_id in probes: pass",
                 "dict": "for user_id in probes: user_id in d",
@@ -287,7 +353,7 @@ class Bench(Results):
             {"probes": probes, "d": stored, "gate": warmed},
             rounds,
         )
-        loop, floor, looked_up = (statistics.median(timing[name]) / len(probes) for name in timing)
+        loop, floor, looked_up = (seconds / len(probes) for seconds in medians)
         self.budget(
             f"1. gate.is_left(user_id) per look-up, {len(records):,} records (median of {rounds})",
             ns(looked_up),
@@ -304,28 +370,25 @@ class Bench(Results):
         )
 
     def syncs(self, present: set[int]) -> None:
-        """For information: one gate() after leaves made through the product, from the change feed."""
+        """For information: one gate() after leaves made through the product, replayed from the change feed."""
         rounds = self.rounds("sync")
         rng = random.Random(self.args.seed + 3)
-        space = tools.ID_SPACE * self.args.records
+        space = ID_SPACE * self.args.records
         # Untimed: the first write after the load pays one-off costs (about 80 ms here).
-        first = tools.absent_ids(present, LEAVE_CHUNK, space=space, rng=rng)
+        first = absent_ids(present, LEAVE_CHUNK, space, rng)
         present.update(first)
         leave(first)
         for count in SYNC_STEPS:
             leaves = f"{count:,} leave{'' if count == 1 else 's'}"
             progress(f"sync after {leaves}, {rounds} rounds")
-            writes: list[float] = []
             syncs: list[float] = []
             queries: set[int] = set()
             for _ in range(rounds):
-                user_ids = tools.absent_ids(present, count, space=space, rng=rng)
+                user_ids = absent_ids(present, count, space, rng)
                 present.update(user_ids)
                 leave_gate()
                 warms, fed = leave_cache.warms, leave_cache.feed_rows
-                started = time.perf_counter()
                 leave(user_ids)
-                writes.append(time.perf_counter() - started)
                 with CaptureQueriesContext(connection) as captured:
                     started = time.perf_counter()
                     synced = leave_gate()
@@ -339,12 +402,7 @@ class Bench(Results):
                     all(synced.is_left(user_id) for user_id in user_ids),
                     f"every leaver gated after the sync after {leaves}",
                 )
-            write = statistics.median(writes)
             self.note(
                 f"3. sync after {leaves}: one gate() (median of {rounds})",
                 f"{ms(statistics.median(syncs))}, {'/'.join(map(str, sorted(queries)))} queries",
-            )
-            self.note(
-                f"3. {leaves} made by bulk_leave_community_layer, chunks of {LEAVE_CHUNK:,}",
-                f"{ms(write)} ({us(write / count)} per leave)",
             )
