@@ -58,28 +58,15 @@ def is_gated(value: bytes) -> bool:
     return value[0] != MembershipStatus.ACTIVE
 
 
-def leave_records(count: int, share: float, seed: int, space: int | None) -> list[tuple[int, bytes]]:
-    """``count`` rows of (user_id, 9-byte record) in random id order, ``share`` of them ACTIVE (users
-    who left and rejoined: they keep their ``left_at_ns``), ids drawn from 1..``space`` (default
-    ``ID_SPACE`` times ``count``), one ``left_at_ns`` a second from ``tools.LEFT_AT_BASE_NS``."""
-    ids = random.Random(seed).sample(range(1, (space or ID_SPACE * count) + 1), count)
-    active = round(count * share)
-    records = []
-    for index, user_id in enumerate(ids):
-        status = MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT
-        left_at_ns = tools.LEFT_AT_BASE_NS + index * 10**9
-        records.append((user_id, serialize_membership(CommunityMembership(user_id, status, left_at_ns))))
-    return records
-
-
-def absent_ids(present: set[int], count: int, space: int, rng: random.Random) -> list[int]:
-    """``count`` distinct ids from 1..space that are not in ``present``."""
-    chosen: set[int] = set()
+def new_ids(taken: set[int], count: int, space: int, rng: random.Random) -> list[int]:
+    """``count`` distinct ids from 1..space that are not in ``taken``; they join it."""
+    chosen: list[int] = []
     while len(chosen) < count:
         candidate = rng.randint(1, space)
-        if candidate not in present:
-            chosen.add(candidate)
-    return list(chosen)
+        if candidate not in taken:
+            taken.add(candidate)
+            chosen.append(candidate)
+    return chosen
 
 
 def timed(run: Callable[[], object]) -> float:
@@ -152,9 +139,8 @@ def warm_in_child() -> dict[str, Any]:
     leave_cache.reset()
     before = settled_rss()
     leave_gate()
-    retained = settled_rss() - before
-    rss = tools.status_kib("VmRSS") * 1024
-    return {"seconds": seconds, "peak": peak, "retained": retained, "held": leave_cache.size, "rss": rss}
+    rss = settled_rss()
+    return {"seconds": seconds, "peak": peak, "retained": rss - before, "held": leave_cache.size, "rss": rss}
 
 
 def floor_in_child() -> int:
@@ -192,9 +178,17 @@ class Bench(Results):
         self.sort()
 
     def load(self, count: int, share: float, space: int | None = None) -> list[tuple[int, bytes]]:
-        """The table emptied, then loaded with ``count`` records of leave_records."""
+        """The table emptied, then ``count`` records (user_id, 9-byte value) in random id order, ``share``
+        of them ACTIVE (users who left and rejoined: they keep their ``left_at_ns``), ids drawn from
+        1..``space`` (default ``ID_SPACE`` times ``count``); returns them."""
         progress(f"making and loading {count:,} records")
-        records = leave_records(count, share, self.args.seed, space)
+        ids = random.Random(self.args.seed).sample(range(1, (space or ID_SPACE * count) + 1), count)
+        active = round(count * share)
+        records = []
+        for index, user_id in enumerate(ids):
+            status = MembershipStatus.ACTIVE if index < active else MembershipStatus.LEFT
+            left_at_ns = tools.LEFT_AT_BASE_NS + index * 10**9
+            records.append((user_id, serialize_membership(CommunityMembership(user_id, status, left_at_ns))))
         self.conn.execute(f"TRUNCATE {TABLE}")
         tools.copy_records(self.conn, TABLE, records)
         return records
@@ -333,7 +327,7 @@ class Bench(Results):
         # and flatter the floor.
         rng = random.Random(self.args.seed + 2)
         hits = rng.choices(list(stored), k=PROBES // 2)
-        probes = hits + absent_ids(set(stored), PROBES - len(hits), ID_SPACE * len(records), rng)
+        probes = hits + new_ids(set(stored), PROBES - len(hits), ID_SPACE * len(records), rng)
         rng.shuffle(probes)
         probes = array.array("q", probes).tolist()
         warmed = leave_gate()
@@ -375,17 +369,14 @@ class Bench(Results):
         rng = random.Random(self.args.seed + 3)
         space = ID_SPACE * self.args.records
         # Untimed: the first write after the load pays one-off costs (about 80 ms here).
-        first = absent_ids(present, LEAVE_CHUNK, space, rng)
-        present.update(first)
-        leave(first)
+        leave(new_ids(present, LEAVE_CHUNK, space, rng))
         for count in SYNC_STEPS:
             leaves = f"{count:,} leave{'' if count == 1 else 's'}"
             progress(f"sync after {leaves}, {rounds} rounds")
             syncs: list[float] = []
             queries: set[int] = set()
             for _ in range(rounds):
-                user_ids = absent_ids(present, count, space, rng)
-                present.update(user_ids)
+                user_ids = new_ids(present, count, space, rng)
                 leave_gate()
                 warms, fed = leave_cache.warms, leave_cache.feed_rows
                 leave(user_ids)
