@@ -67,7 +67,6 @@ def database(name: str, server: str, env: dict[str, str] | None = None) -> Itera
     os.environ.update({"DJANGO_SETTINGS_MODULE": SETTINGS, "DATABASE_URL": url, **(env or {})})
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("DEBUG", "false")
-    sys.path.insert(0, str(PROJECT_DIR))
     import django
     import psycopg
 
@@ -201,8 +200,7 @@ def json_answer(children: Any, child: Any, timeout: float) -> dict[str, Any]:
         children.stop(child)
     if code != 0:
         raise RuntimeError(f"{child.name} failed ({code}):\n{child.tail()}")
-    answer: dict[str, Any] = json.loads(child.output().strip().splitlines()[-1])
-    return answer
+    return json.loads(child.output().strip().splitlines()[-1])
 
 
 def finish(

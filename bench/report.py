@@ -62,8 +62,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 
 def write_section(path: Path, section: str, *, start: str, end: str) -> None:
-    """Put ``section`` between the markers ``start`` and ``end`` of ``path``, creating the file or
-    the markers if missing."""
+    """Put ``section`` between the markers ``start`` and ``end`` of ``path``, adding what is missing."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     block = f"{start}\n{section.strip()}\n{end}"
     before, found, rest = text.partition(start)
@@ -75,8 +74,7 @@ def write_section(path: Path, section: str, *, start: str, end: str) -> None:
 
 @dataclass
 class Results:
-    """What a benchmark found: rows under a budget, rows for information, failed checks (used
-    alone, or inherited by a benchmark's dataclass)."""
+    """What a benchmark found: budget rows, rows for information, failed checks; also a benchmark's base class."""
 
     budgets: list[Row] = field(default_factory=list, init=False)
     info: list[Row] = field(default_factory=list, init=False)
@@ -86,7 +84,6 @@ class Results:
         self.budgets.append(Row(name, measured, floor, ratio, budget, passed))
 
     def at_least(self, name: str, measured: str, floor: str, value: float, limit: float) -> None:
-        """A budget on a ratio to the floor: at least ``limit`` times."""
         self.budget(name, measured, floor, ratio(value), f"≥ {limit:g}x", value >= limit)
 
     def share_below(self, name: str, measured: str, share: float, limit: float) -> None:
