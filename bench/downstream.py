@@ -3,7 +3,6 @@ Its own database (tidal_bench_downstream); the latency starts a real Celery work
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -125,7 +124,7 @@ def bench_export(rows: int, changes: int) -> dict[str, float]:
     value = serialize_membership(CommunityMembership(0, MembershipStatus.LEFT, 1_700_000_000_000_000_000))
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         copy_records(conn, "community_communityleave", ((uid, value) for uid in range(changes, rows)))
-    argv = [sys.executable, __file__, "--child-export"]
+    argv = [sys.executable, "-c", "from bench.downstream import child_export; child_export()"]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=common.child_env())
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -175,12 +174,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--export-rows", type=int, help="default 1,000,000")
     parser.add_argument("--feed-changes", type=int, help="default 10,000")
     parser.add_argument("--latency-samples", type=int, help="default 200")
-    parser.add_argument("--child-export", action="store_true", help=argparse.SUPPRESS)
     sizes = {"export_rows": (50_000, 1_000_000), "feed_changes": (2_000, 10_000), "latency_samples": (20, 200)}
     args = common.parse(parser, argv, sizes)
-    if args.child_export:
-        child_export()
-        return 0
     env = {"CELERY_BROKER_URL": args.broker, "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true"}
     env["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
     failed: list[str] = []
