@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
         CommunityAggregate.objects.filter(pk=aggregate.pk).update(count=aggregate.count + 1)
         gated = Signal.objects.filter(outcome=Outcome.GATED, gated_reason=3).earliest("id")
         Signal.objects.filter(pk=gated.pk).update(outcome=Outcome.ATTRIBUTED, gated_reason=None)
-        altered = verify_stop_forward(progress=False, since=None)
+        altered = verify_stop_forward(progress=False)
         named = "\n".join(altered.named)
         found.check(
             altered.counterexamples == 2 and f"signal {gated.pk} " in named and "aggregate community" in named,
