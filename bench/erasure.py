@@ -1,12 +1,5 @@
-"""Erasing one user with 100,000 attributed signals, against a hand-written SQL floor.
-
-    .venv/bin/python bench/erasure.py               # 100,000 signals a user, 3 rounds
-    .venv/bin/python bench/erasure.py --quick       # 5,000 signals a user, 1 round: a smoke run
-
-Its own database (tidal_bench_erasure, on --server), filled in SQL: per round two erased users
-(one for the product, one for the floor) and 200 other users on the same items. What is
-measured: DESCRIPTION below.
-"""
+"""Erasing one user with 100,000 attributed signals, against a hand-written SQL floor (bench/erasure.md).
+Its own database (tidal_bench_erasure), filled in SQL: per round one user for each side."""
 
 from __future__ import annotations
 
@@ -14,8 +7,8 @@ import os
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -26,25 +19,9 @@ from bench import common, report, tools
 DATABASE = "tidal_bench_erasure"
 START, END = "<!-- bench:erasure:start -->", "<!-- bench:erasure:end -->"
 BUDGET = 2.0
-DESCRIPTION = """## Erasure
-
-Erasing one user's attributed signals (credited to 3 communities and 2 cohorts: most aggregate
-rows are shared with 200 other users, so decremented with `last_at` recomputed; the user's own
-rows deleted), against a hand-written SQL floor doing the same subtraction and deletion in the
-same run (plain psycopg, one transaction: lock, one statement per aggregate table, one DELETE;
-no history row, no fence, no settle pass). Median of the rounds, order alternating.
-
-Beside the peers' published figures for the same request (suppress and delete a user's data):
-Segment "mostly within 24 hours, up to 30 days"; RudderStack forwards the deletion to some
-destinations; PostHog deletes persons in a weekly batch; Amplitude schedules 10 to 13 days out
-and finishes "within 30 days"; mParticle waits 7 days, then takes up to 14. Here the
-aggregates are exact and the signals gone when the answer returns.
-
-"""
 
 
 def floor_erase(user_id: int) -> None:
-    """The hand-written floor."""
     with psycopg.connect(os.environ["DATABASE_URL"]) as conn, conn.transaction():
         conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM signals_app_signal WHERE user_id = %s FOR UPDATE) t", [user_id]
@@ -79,27 +56,29 @@ def floor_erase(user_id: int) -> None:
         conn.execute("DELETE FROM signals_app_signal WHERE user_id = %s", [user_id])
 
 
-def fill(url: str, erased: list[int], signals: int, sender: int, groups: tuple[list[int], list[int]]) -> None:
-    """``signals`` attributed signals of each erased user, the same number in all for 200 others, a few
-    seconds earlier in each minute on the same items, and the aggregates they add up to."""
+def fill(url: str, erased: list[int], signals: int, sender: int) -> None:
+    """``signals`` attributed signals of each erased user, as many in all for 200 others a few
+    seconds earlier in each minute on the same items, all credited to every group, and the
+    aggregates they add up to."""
     insert = (
         "INSERT INTO signals_app_signal (sender_id, user_id, item_id, kind, weight, occurred_at, received_at,"
         " outcome, processed_at, fence_at_receipt, fence_at_processing, credited_communities, credited_cohorts,"
         " error) SELECT %(sender)s, {user}, g %% 500, (ARRAY['view','like','share'])[1 + g %% 3],"
         " 1 + (g %% 4) * 0.5, date_trunc('hour', now()) - interval '1 day' + (g %% 1440) * interval '1 minute'"
-        " + {offset}, now(), 1, now(), 0, 0, %(communities)s::jsonb, %(cohorts)s::jsonb, ''"
+        " + {offset}, now(), 1, now(), 0, 0, (SELECT jsonb_agg(id) FROM community_community),"
+        " (SELECT jsonb_agg(id) FROM community_cohort), ''"
     )
-    params = {"sender": sender, "communities": str(groups[0]), "cohorts": str(groups[1]), "n": signals}
     with psycopg.connect(url, autocommit=True) as conn:
+        tools.make_groups(conn, 3, 2, datetime.now(UTC))
         conn.execute(
             insert.format(user="u", offset="interval '7 seconds'")
             + " FROM unnest(%(users)s::bigint[]) u, generate_series(1, %(n)s) g",
-            {**params, "users": erased},
+            {"sender": sender, "n": signals, "users": erased},
         )
         conn.execute(
             insert.format(user="1000 + g %% 200", offset="interval '3 seconds'")
             + " FROM generate_series(1, %(n)s) g WHERE g %% 5 <> 0",
-            params,
+            {"sender": sender, "n": signals},
         )
         tools.add_up_aggregates(conn)
         conn.execute("VACUUM ANALYZE")
@@ -113,19 +92,16 @@ def main(argv: list[str]) -> int:
     with common.database(DATABASE, args.server) as url:
         from django.contrib.auth import get_user_model
 
-        from community.models import Cohort, Community
         from signals_app.erasure import user_erase
         from signals_app.models import Signal
         from signals_app.verification import verify_stop_forward
 
         sender = get_user_model().objects.create(username="bench-sender")
-        communities = [Community.objects.create(slug=f"c{i}", name=f"C{i}").pk for i in range(3)]
-        cohorts = [Cohort.objects.create(slug=f"k{i}", name=f"K{i}").pk for i in range(2)]
         started = time.perf_counter()
-        fill(url, list(range(1, 2 * args.rounds + 1)), args.signals, sender.pk, (communities, cohorts))
+        fill(url, list(range(1, 2 * args.rounds + 1)), args.signals, sender.pk)
         filled = time.perf_counter() - started
         total = Signal.objects.count()
-        receipts: list[Any] = []
+        changed = 0
         seconds: dict[str, list[float]] = {"product": [], "floor": []}
         for round_ in range(args.rounds):
             # Users 2r+1 for the product, 2r+2 for the floor; which goes first alternates.
@@ -133,7 +109,7 @@ def main(argv: list[str]) -> int:
             for name, user_id in steps if round_ % 2 == 0 else steps[::-1]:
                 started = time.perf_counter()
                 if name == "product":
-                    receipts.append(user_erase(user_id=user_id))
+                    changed = user_erase(user_id=user_id).aggregate_rows_changed
                 else:
                     floor_erase(user_id)
                 seconds[name].append(time.perf_counter() - started)
@@ -142,7 +118,7 @@ def main(argv: list[str]) -> int:
     each = {name: ", ".join(f"{x:.3f}" for x in values) for name, values in seconds.items()}
     found = report.Results()
     found.budget(
-        f"`user_erase` of one user with {args.signals:,} attributed signals, {receipts[0].aggregate_rows_changed:,}"
+        f"`user_erase` of one user with {args.signals:,} attributed signals, {changed:,}"
         f" aggregate rows changed (median of {args.rounds})",
         f"{product:.3f} s ({each['product']})",
         f"{floor:.3f} s (hand-written SQL: {each['floor']})",
@@ -153,7 +129,8 @@ def main(argv: list[str]) -> int:
     found.check(verified.passed, "verify_stop_forward afterwards: " + "; ".join(verified.named[:10]))
     facts = [("data", f"{total:,} signals, made in the database in {filled:.0f} s")]
     passed_text = "`verify_stop_forward` passed afterwards."
-    return common.finish(args, "erasure.py", argv, facts, found, passed_text, (START, END), DESCRIPTION)
+    description = Path(__file__).with_name("erasure.md").read_text() + "\n"
+    return common.finish(args, "erasure.py", argv, facts, found, passed_text, (START, END), description)
 
 
 if __name__ == "__main__":

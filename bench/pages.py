@@ -1,10 +1,5 @@
 """The operators' pages and the read endpoints on big tables: p95 over HTTP, and their plans.
-
-    python bench/pages.py            # 10,000,000 signals, 1,000,000 records, 5,000,000 history rows
-    python bench/pages.py --quick    # 200,000 / 50,000 / 100,000: a smoke run
-
-What it does, and what fails it, is bench/pages.md (the text above its section of BENCHMARKS.md).
-"""
+What it does, and what fails it: bench/pages.md (the text above its section of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +8,6 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -23,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common
 from bench.common import progress
-from bench.pages_data import BIG_TABLES, COHORTS, COMMUNITIES, HEAVY_USERS, KINDS, SIGNAL_TABLE
+from bench.pages_data import BIG_TABLES, COHORTS, COMMUNITIES, HEAVY_USERS, KINDS
 from support.processes import Children
 
 DATABASE = "tidal_bench_pages"
@@ -40,9 +34,8 @@ SIZES = {
 
 
 def page(name: str, path: str, **turns: Any) -> tuple[str, str, dict[str, Any]]:
-    """A page: its name (an "API: " one is asked with the token, the others with the operator's
-    session) and its path, whose fields each request fills: a field of ``turns`` with the
-    request's turn of its values, the others as ``fill_path`` draws them."""
+    """An "API: " page is asked with the token, the others with the operator's session. Each
+    request fills a field of ``turns`` with its turn of the values, the others as ``fill_path`` draws."""
     return name, path, turns
 
 
@@ -52,6 +45,8 @@ HISTORY = "/admin/community/leavehistory/"
 COMMUNITY_AGGREGATES = "/admin/signals_app/communityaggregate/"
 COHORT_AGGREGATES = "/admin/signals_app/cohortaggregate/"
 CONSOLE = "/admin/community/communityleave/console/"
+TRENDING = "/api/communities/c{community}/trending/"
+ATTRIBUTION = "/api/cohorts/k{cohort}/attribution/"
 LAST = ["1h", "24h", "7d", "30d"]
 
 PAGES = [
@@ -93,19 +88,15 @@ PAGES = [
     page("API: status", "/api/community-layer/{user}/"),
     page("API: a user's history", "/api/community-layer/{user}/history/"),
     page("API: a user's signals", "/api/community-layer/{user}/signals/"),
-    page("API: trending (default window)", "/api/communities/c{community}/trending/"),
-    page(
-        "API: trending, a kind, the last 7 days",
-        "/api/communities/c{community}/trending/?kind={kind}&since={since}&limit=50",
-        kind=KINDS,
-    ),
-    page("API: attribution (default window)", "/api/cohorts/k{cohort}/attribution/"),
-    page("API: attribution, the last 7 days", "/api/cohorts/k{cohort}/attribution/?since={since}"),
+    page("API: trending (default window)", TRENDING),
+    page("API: trending, a kind, the last 7 days", TRENDING + "?kind={kind}&since={since}&limit=50", kind=KINDS),
+    page("API: attribution (default window)", ATTRIBUTION),
+    page("API: attribution, the last 7 days", ATTRIBUTION + "?since={since}"),
 ]
 
 
 def fill_path(path: str, turns: dict[str, Any], i: int, rng: random.Random, args: Any, now: datetime) -> str:
-    """Request ``i``'s path: the turns' values in turn; ids drawn as the path names them."""
+    values = {key: choices[i % len(choices)] for key, choices in turns.items()}
     draws = {
         # A user with a record and history; every fourth one a heavy user (a long signal list).
         "user": lambda: 2 * rng.randint(1, HEAVY_USERS if i % 4 == 3 else args.records),
@@ -115,39 +106,11 @@ def fill_path(path: str, turns: dict[str, Any], i: int, rng: random.Random, args
         "cohort": lambda: rng.randint(1, COHORTS),
         "since": lambda: (now - timedelta(days=7)).strftime("%Y-%m-%dT%H:00:00Z"),
     }
-
-    class Values(dict[str, Any]):
-        def __missing__(self, key: str) -> Any:
-            return draws[key]()
-
-    return path.format_map(Values({key: values[i % len(values)] for key, values in turns.items()}))
+    drawn = {key: draw() for key, draw in draws.items() if "{" + key + "}" in path and key not in values}
+    return path.format(**values, **drawn)
 
 
-@dataclass
-class Result:
-    seconds: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # answers other than 200 over HTTP
-    statuses: set[int] = field(default_factory=set)  # the test client's
-    queries: int = 0
-    index_scans: set[str] = field(default_factory=set)  # "node index" on big tables
-    seq_scans: list[str] = field(default_factory=list)  # "table (path): the statement" on big tables
-
-
-def parse_args(argv: list[str]) -> Any:
-    parser = common.arguments(__doc__, quick="small tables and fewer requests: a smoke run")
-    add = parser.add_argument
-    add("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
-    add("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
-    add("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
-    add("--requests", type=int, help="requests per page (default 40; 10 quick)")
-    add("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
-    args = common.parse(parser, argv, SIZES)
-    if args.records < 1_000 or args.signals < 10_000 or args.history < args.records:
-        parser.error("at least 1,000 records, 10,000 signals, and as many history rows as records")
-    return args
-
-
-def session_log_in(base: str, username: str) -> Any:
+def session_log_in(base: str) -> Any:
     """The admin's log-in form, as a browser submits it: a session cookie."""
     import requests
 
@@ -155,7 +118,7 @@ def session_log_in(base: str, username: str) -> Any:
     session.get(f"{base}/admin/login/", timeout=30).raise_for_status()
     answer = session.post(
         f"{base}/admin/login/",
-        data={"username": username, "password": PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+        data={"username": "bench-operator", "password": PASSWORD, "csrfmiddlewaretoken": session.cookies["csrftoken"]},
         headers={"Referer": f"{base}/admin/login/"},
         timeout=30,
         allow_redirects=False,
@@ -165,33 +128,33 @@ def session_log_in(base: str, username: str) -> Any:
     return session
 
 
-def measure(base: str, session: Any, api: Any, results: dict[str, Result], args: Any, now: datetime) -> None:
-    """Every page once a round, in order, one request at a time; rounds alternate the pages so
-    that drift hits all alike. Two untimed rounds first (each worker warms up)."""
+def measure(base: str, session: Any, api: Any, results: dict[str, Any], args: Any, now: datetime) -> None:
+    """Every page once a round, in order, one request at a time, so that drift hits all pages
+    alike. Two untimed rounds first (each worker warms up)."""
     rng = random.Random(args.seed)
-    for i in range(-2, args.requests):  # rounds -2 and -1 untimed
+    for i in range(-2, args.requests):
         for name, path, turns in PAGES:
             url = fill_path(path, turns, i, rng, args, now)
             started = time.perf_counter()
             answer = (api if name.startswith("API") else session).get(base + url, timeout=60, allow_redirects=False)
             elapsed = time.perf_counter() - started
             if i >= 0:
-                results[name].seconds.append(elapsed)
+                results[name]["seconds"].append(elapsed)
                 if answer.status_code != 200:
-                    results[name].errors.append(f"{url}: {answer.status_code}")
+                    results[name]["errors"].append(f"{url}: {answer.status_code}")
         if i >= 0 and (i + 1) % 10 == 0:
             progress(f"requests: round {i + 1} of {args.requests}")
 
 
-def _walk(node: dict[str, Any], relation: str | None = None) -> Any:
+def walk(node: dict[str, Any], relation: str | None = None) -> Any:
     """Every node with the table it reads (a bitmap index scan's is its bitmap heap scan's)."""
     relation = node.get("Relation Name", relation)
     yield node, relation
     for child in node.get("Plans", []):
-        yield from _walk(child, relation)
+        yield from walk(child, relation)
 
 
-def explain(operator: Any, token: str, results: dict[str, Result], args: Any, now: datetime) -> None:
+def explain(operator: Any, token: str, results: dict[str, Any], args: Any, now: datetime) -> None:
     """Each page through Django's test client in this process (the same code as gunicorn runs);
     every statement it issued EXPLAINed afterwards with the same parameters."""
     from django.db import connection
@@ -213,25 +176,33 @@ def explain(operator: Any, token: str, results: dict[str, Result], args: Any, no
             issued.clear()
             url = fill_path(path, turns, i, rng, args, now)
             with connection.execute_wrapper(capture):
-                result.statuses.add((api if name.startswith("API") else session).get(url).status_code)
-            result.queries += len(issued)
+                result["statuses"].add((api if name.startswith("API") else session).get(url).status_code)
+            result["queries"] += len(issued)
             with connection.cursor() as cursor:
                 for sql, params in issued:
                     if not sql.lstrip().upper().startswith(("SELECT", "WITH", "UPDATE", "DELETE")):
                         continue
                     cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-                    for node, relation in _walk(cursor.fetchone()[0][0]["Plan"]):
+                    for node, relation in walk(cursor.fetchone()[0][0]["Plan"]):
                         if relation not in BIG_TABLES:
                             continue  # a small table's Seq Scan is the planner's choice, and harmless
                         if node["Node Type"] == "Seq Scan":
-                            result.seq_scans.append(f"{relation} ({url}): {' '.join(sql.split())[:300]}")
+                            result["seq_scans"].append(f"{relation} ({url}): {' '.join(sql.split())[:300]}")
                         elif "Index Name" in node:
-                            result.index_scans.add(f"{node['Node Type']} {node['Index Name']}")
-        result.queries //= EXPLAINED_PER_PAGE
+                            result["index_scans"].add(f"{node['Node Type']} {node['Index Name']}")
+        result["queries"] //= EXPLAINED_PER_PAGE
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    parser = common.arguments(__doc__, quick="small tables and fewer requests: a smoke run")
+    parser.add_argument("--signals", type=int, help="signals (default 10,000,000; 200,000 quick)")
+    parser.add_argument("--records", type=int, help="leave records (default 1,000,000; 50,000 quick)")
+    parser.add_argument("--history", type=int, help="history rows (default 5,000,000; 100,000 quick)")
+    parser.add_argument("--requests", type=int, help="requests per page (default 40; 10 quick)")
+    parser.add_argument("--workers", type=int, help="gunicorn workers (default: deploy/gunicorn.conf.py's)")
+    args = common.parse(parser, argv, SIZES)
+    if args.records < 1_000 or args.signals < 10_000 or args.history < args.records:
+        parser.error("at least 1,000 records, 10,000 signals, and as many history rows as records")
     env = {"DEBUG": "false", "LOG_LEVEL": "WARNING", "THROTTLE_LOGIN_RATE": "1000/minute"}
     with common.database(DATABASE, args.server, env) as url, Children() as children:
         import psycopg
@@ -249,26 +220,25 @@ def main(argv: list[str]) -> int:
             *Permission.objects.filter(codename__in=["view_communityleave", "view_signal", "view_cohort", "add_signal"])
         )
         token = token_issue(user=service)[1]
-        rows_per_hour = (2, 3) if args.quick else (35, 40)
         with psycopg.connect(url, autocommit=True) as conn:
             facts = common.machine(conn)
-            load_seconds = pages_data.fill(conn, args, rows_per_hour, service.pk, now)
+            pages_data.fill(conn, args, service.pk, now)
             tables = conn.execute(
                 "SELECT relname, reltuples::bigint, pg_total_relation_size(oid) FROM pg_class"
                 " WHERE relname = ANY(%s) ORDER BY array_position(%s, relname::text)",
                 [list(BIG_TABLES)] * 2,
             ).fetchall()
-            signal_indexes = conn.execute(
-                "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes "
-                "WHERE relname = %s ORDER BY indexrelname",
-                [SIGNAL_TABLE],
-            ).fetchall()
         gunicorn, base = common.gunicorn(children, common.child_env(), args.workers)
         api = requests.Session()
         api.headers["Authorization"] = f"Token {token}"
-        results = {name: Result() for name, _, _ in PAGES}
+        # errors: answers other than 200 over HTTP; statuses: the test client's; index_scans: "node index"
+        # on big tables; seq_scans: "table (path): the statement" on big tables.
+        results = {
+            name: {"seconds": [], "errors": [], "statuses": set(), "queries": 0, "index_scans": set(), "seq_scans": []}
+            for name, _, _ in PAGES
+        }
         progress(f"requests: {len(PAGES)} pages x {args.requests}, one at a time, gunicorn at {base}")
-        measure(base, session_log_in(base, "bench-operator"), api, results, args, now)
+        measure(base, session_log_in(base), api, results, args, now)
         children.stop(gunicorn)
         progress("plans: each page through the test client, every statement EXPLAINed")
         explain(operator, token, results, args, now)
@@ -276,40 +246,23 @@ def main(argv: list[str]) -> int:
     workers = args.workers or 2 * len(os.sched_getaffinity(0)) + 1
     facts += [
         ("tables", ", ".join(f"{table} {count:,} rows ({size / 2**30:.2f} GiB)" for table, count, size in tables)),
-        (
-            "data",
-            f"signals over {pages_data.SIGNAL_DAYS} days ({2 * args.records:,} users, 1% from {HEAVY_USERS} heavy "
-            f"users; the newest 0.05% pending, 0.01% failed, 10% gated, 15% no target, the rest attributed), "
-            f"records of every even user id (10% active, 0.01% corrupt), {args.history // args.records} history "
-            f"rows a record over {pages_data.HISTORY_DAYS} days, {COMMUNITIES} communities and {COHORTS} "
-            f"cohorts with {rows_per_hour[0]} and {rows_per_hour[1]} aggregate rows an hour "
-            f"each over {pages_data.AGGREGATE_HOURS} hours",
-        ),
-        ("load", ", ".join(f"{name} {seconds:,.1f} s" for name, seconds in load_seconds.items())),
-        ("signal indexes", ", ".join(f"{name} {size / 2**20:,.0f} MiB" for name, size in signal_indexes)),
         ("server", f"gunicorn, deploy/gunicorn.conf.py, {workers} sync workers, one request at a time"),
         ("requests", f"{args.requests} a page (after 2 untimed rounds), ids, slugs and filters varied"),
     ]
     failed: list[str] = []
     rows: list[Any] = []
     for name, result in results.items():
-        ordered = sorted(result.seconds)
+        ordered = sorted(result["seconds"])
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1e3
-        failures = [f"{name}: answers other than 200: {'; '.join(result.errors[:3])}"] if result.errors else []
-        if result.statuses != {200}:
-            failures.append(f"{name}: the test client got {sorted(result.statuses)}")
-        failures += [f"{name}: Seq Scan on {scan}" for scan in result.seq_scans[:3]]
+        failures = [f"{name}: answers other than 200: {'; '.join(result['errors'][:3])}"] if result["errors"] else []
+        if result["statuses"] != {200}:
+            failures.append(f"{name}: the test client got {sorted(result['statuses'])}")
+        failures += [f"{name}: Seq Scan on {scan}" for scan in result["seq_scans"][:3]]
         failed += failures
-        rows.append(
-            report.Row(
-                name,
-                f"p50 {statistics.median(ordered) * 1e3:,.1f} ms, p95 {p95:,.1f} ms",
-                f"{result.queries} queries; " + (", ".join(sorted(result.index_scans)) or "no big table"),
-                "",
-                f"p95 < {BUDGET_MS:g} ms, no Seq Scan on a big table",
-                p95 < BUDGET_MS and not failures,
-            )
-        )
+        measured = f"p50 {statistics.median(ordered) * 1e3:,.1f} ms, p95 {p95:,.1f} ms"
+        plans = f"{result['queries']} queries; " + (", ".join(sorted(result["index_scans"])) or "no big table")
+        budget = f"p95 < {BUDGET_MS:g} ms, no Seq Scan on a big table"
+        rows.append(report.Row(name, measured, plans, "", budget, p95 < BUDGET_MS and not failures))
     passed = all(row.passed for row in rows)
     command = common.command_line("pages.py", argv)
     checks = common.checks_text(

@@ -1,17 +1,9 @@
-"""The big tables of the pages benchmark, filled in SQL (generate_series), no Django.
-
-Every value reaches the server as a bound parameter (psycopg's adaptation): the sizes, the
-times, the 9-byte records (a ``bytea[]`` the rows pick from), the kinds. Secondary indexes
-of the signals and the history are dropped before the load and built again afterwards from
-their own definitions (``pg_get_indexdef``), which is several times faster than maintaining them
-row by row and leaves the same indexes the migrations made.
-"""
+"""The big tables of the pages benchmark, filled in SQL (generate_series), every value a bound
+parameter. A table's secondary indexes are dropped before its load and made again afterwards from
+their own definitions: several times faster than keeping them up row by row, and the same indexes."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,7 +82,7 @@ FROM (
 ) s
 """
 
-# Distinct items a (target, hour): k x 7919 mod 50,000 is one-to-one for k < 50,000.
+# {target}_rows distinct items a (target, hour): k x 7919 mod 50,000 is one-to-one for k < 50,000.
 AGGREGATE_ROWS = """
 INSERT INTO {table} ({target}, hour, item_id, kind, count, weight_sum, last_at)
 SELECT grp.id, h.hour, 1 + (k * 7919 + grp.id * 31) %% 50000,
@@ -99,7 +91,7 @@ SELECT grp.id, h.hour, 1 + (k * 7919 + grp.id * 31) %% 50000,
 FROM {groups} grp
 CROSS JOIN (SELECT %(first_hour)s + make_interval(hours => n) AS hour
             FROM generate_series(0, %(aggregate_hours)s - 1) n) h
-CROSS JOIN generate_series(1, %(per_hour)s) k
+CROSS JOIN generate_series(1, %({target}_rows)s) k
 ORDER BY h.hour, grp.id
 """
 
@@ -118,11 +110,8 @@ def record_values(status: MembershipStatus) -> list[bytes]:
     ]
 
 
-def fill(
-    conn: psycopg.Connection[Any], args: Any, rows_per_hour: tuple[int, int], sender_id: int, now: datetime
-) -> dict[str, float]:
-    """Load every table of the sizes ``args`` gives; ``conn`` is autocommit. ``rows_per_hour``: aggregate
-    rows a (community, hour) and a (cohort, hour). Returns the seconds each step took."""
+def fill(conn: psycopg.Connection[Any], args: Any, sender_id: int, now: datetime) -> None:
+    """Every table of the sizes ``args`` gives; ``conn`` is autocommit."""
     signals, records, history = args.signals, args.records, args.history
     conn.execute("SET synchronous_commit = off")
     conn.execute("SET maintenance_work_mem = '512MB'")
@@ -150,46 +139,29 @@ def fill(
         "cohorts": COHORTS,
         "first_hour": (now - timedelta(hours=AGGREGATE_HOURS - 1)).replace(minute=0, second=0, microsecond=0),
         "aggregate_hours": AGGREGATE_HOURS,
+        "community_id_rows": 2 if args.quick else 35,
+        "cohort_id_rows": 3 if args.quick else 40,
     }
-    seconds: dict[str, float] = {}
-
-    @contextmanager
-    def step(name: str) -> Iterator[None]:
-        progress(f"data: {name}")
-        started = time.perf_counter()
-        yield
-        seconds[name] = time.perf_counter() - started
-
-    with step("communities and cohorts"):
-        make_groups(conn, COMMUNITIES, COHORTS, now)
-    for name, table, statements in (
-        ("leave records", RECORD_TABLE, [RECORDS]),
-        ("history", HISTORY_TABLE, [HISTORY, "UPDATE community_leaveclock SET version = %(history)s WHERE id = 1"]),
-        (
-            "signals",
-            SIGNAL_TABLE,
-            [SIGNALS, f"SELECT setval(pg_get_serial_sequence('{SIGNAL_TABLE}', 'id'), %(signals)s)"],
-        ),
+    make_groups(conn, COMMUNITIES, COHORTS, now)
+    aggregates = [
+        (table, [AGGREGATE_ROWS.format(table=table, target=target, groups=groups)])
+        for (table, target, _), groups in zip(AGGREGATES, ("community_community", "community_cohort"), strict=True)
+    ]
+    for table, statements in (
+        (RECORD_TABLE, [RECORDS]),
+        (HISTORY_TABLE, [HISTORY, "UPDATE community_leaveclock SET version = %(history)s WHERE id = 1"]),
+        (SIGNAL_TABLE, [SIGNALS, f"SELECT setval(pg_get_serial_sequence('{SIGNAL_TABLE}', 'id'), %(signals)s)"]),
+        *aggregates,
     ):
-        with step(name):
-            indexes = conn.execute(SECONDARY_INDEXES, [table]).fetchall()
-            for index, _ in indexes:
-                conn.execute(f'DROP INDEX "{index}"')
-            # Foreign keys are checked row by row: off during the load (the rows are made valid).
-            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
-            for statement in statements:
-                conn.execute(statement, params)
-            conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER ALL")
-            for _, definition in indexes:
-                conn.execute(definition)
-    with step("aggregates"):
-        for (table, target, _), groups, per_hour in zip(
-            AGGREGATES, ("community_community", "community_cohort"), rows_per_hour, strict=True
-        ):
-            conn.execute(
-                AGGREGATE_ROWS.format(table=table, target=target, groups=groups), {**params, "per_hour": per_hour}
-            )
-    with step("VACUUM ANALYZE"):
-        for table in (*BIG_TABLES, "community_community", "community_cohort", "community_leaveclock"):
-            conn.execute(f"VACUUM ANALYZE {table}")
-    return seconds
+        progress(f"data: {table}")
+        indexes = conn.execute(SECONDARY_INDEXES, [table]).fetchall()
+        for index, _ in indexes:
+            conn.execute(f'DROP INDEX "{index}"')
+        # Foreign keys are checked row by row: off during the load (the rows are made valid).
+        conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
+        for statement in statements:
+            conn.execute(statement, params)
+        conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER ALL")
+        for _, definition in indexes:
+            conn.execute(definition)
+    conn.execute("VACUUM ANALYZE")
