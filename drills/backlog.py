@@ -1,9 +1,6 @@
-"""Drill 8: a backlog longer than the sweep threshold, and no sweep storm (see the README's table).
-
-The sweep runs every SIGNAL_SWEEP_EVERY_SECONDS in a process of its own, since the paused workers
-would not take beat's task. Every signal's task is still queued, so it must send none again;
-after the drain a sweep finds nothing to do.
-"""
+"""A backlog longer than the sweep threshold, and no sweep storm: with the workers paused, the sweep (run
+every SIGNAL_SWEEP_EVERY_SECONDS by hand, as the paused workers would not take beat's task) must send no
+queued signal's task again, and after the drain find nothing to do."""
 
 from __future__ import annotations
 
@@ -27,12 +24,11 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(70_000, 70_040))
     targets = checks.setup_targets(dep, client, users)
     seconds = 300.0 if full else 20.0
-    every = float(dep.env["SIGNAL_SWEEP_EVERY_SECONDS"])
     enqueued = sweeps = deferred = 0
     started = time.monotonic()
     with dep.workers_paused(), checks.SignalLoad(client, users, threads=1, batch=50) as load:
         while time.monotonic() - started < seconds:
-            time.sleep(every)
+            time.sleep(float(dep.env["SIGNAL_SWEEP_EVERY_SECONDS"]))
             sent, deferred = _sweep(dep)
             enqueued += sent
             sweeps += 1

@@ -1,6 +1,5 @@
-"""Drill 3: the broker loses its messages mid-run: first its database is flushed, then the
-Redis server is stopped and started again (it keeps nothing on disk). The sweep re-enqueues
-what was pending; nothing is lost and nothing is counted twice."""
+"""The broker loses its messages mid-run: its database flushed, then the Redis server stopped and started
+again (it keeps nothing on disk). The sweep re-enqueues what was pending: nothing lost or counted twice."""
 
 from __future__ import annotations
 

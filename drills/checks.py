@@ -1,7 +1,8 @@
-"""Independent checks: what the aggregates must be, computed from what the drill sent."""
+"""Independent checks: what the stored data must be, computed from what the drill sent."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -12,10 +13,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
+import psycopg
+
 from drills.deployment import Deployment
 from support.client import Client
 
 Key = tuple[str, int, int, str, datetime]
+Targets = dict[int, list[tuple[str, int]]]  # user id -> [(kind of target, target id)]
 ATTRIBUTED, GATED = 1, 2  # signals_app_signal.outcome (0 is pending)
 
 
@@ -36,9 +40,7 @@ class Sent:
         return {**body, "occurred_at": self.occurred_at.isoformat(), "idempotency_key": self.key}
 
 
-def expected_aggregates(
-    signals: Iterable[Sent], targets: dict[int, list[tuple[str, int]]]
-) -> dict[Key, tuple[int, float]]:
+def expected_aggregates(signals: Iterable[Sent], targets: Targets) -> dict[Key, tuple[int, float]]:
     """(kind of target, target id, item, kind, hour) -> (count, weight sum) for ``signals``."""
     totals: dict[Key, list[Any]] = {}
     for s in signals:
@@ -68,18 +70,16 @@ def wait_until_processed(dep: Deployment, *, timeout: float = 300) -> float:
     """Wait for no pending signal; returns the seconds waited."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        try:
+        with contextlib.suppress(psycopg.Error):  # the database may be the thing a drill restarted
             if dep.sql("SELECT count(*) FROM signals_app_signal WHERE outcome = 0")[0][0] == 0:
                 return round(time.monotonic() - started, 1)
-        except Exception:  # noqa: BLE001 - the database may be the thing a drill restarted
-            pass
         time.sleep(0.25)
     raise AssertionError(f"signals still pending after {timeout}s")
 
 
-def setup_targets(dep: Deployment, client: Client, user_ids: list[int]) -> dict[int, list[tuple[str, int]]]:
+def setup_targets(dep: Deployment, client: Client, user_ids: list[int]) -> Targets:
     """Two communities and a cohort made through the API, every user (at most 1,000, the API's bulk
-    limit) a member of each: user id -> [(kind of target, target id)], the memberships the checks expect."""
+    limit) a member of each: the memberships the checks expect."""
     targets: list[tuple[str, int]] = []
     for kind, prefix, count in (("community", "communities", 2), ("cohort", "cohorts", 1)):
         for n in range(count):
@@ -93,8 +93,8 @@ def setup_targets(dep: Deployment, client: Client, user_ids: list[int]) -> dict[
 
 
 class Threads:
-    """``count`` threads, each running ``work(index, stopping)`` until ``stopping`` is set: started on
-    entering, stopped and joined by ``stop()`` or on leaving; ``seconds`` is how long they ran."""
+    """``count`` threads running ``work(index, stopping)`` from entering until ``stop()`` or leaving;
+    ``seconds`` is how long they ran."""
 
     def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
         self.stopping = threading.Event()
@@ -117,11 +117,8 @@ class Threads:
 
 
 class SignalLoad(Threads):
-    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent.
-
-    Every accepted signal is recorded with when its POST was sent and answered; other
-    answers are counted by status (0: no connection).
-    """
+    """Client threads posting batches of signals for ``user_ids`` until stopped or ``total`` sent: each
+    accepted signal is recorded with when it was answered, other answers counted by status (0: no connection)."""
 
     def __init__(
         self, client: Client, user_ids: list[int], *, threads: int = 2, batch: int = 100, total: int | None = None
@@ -170,11 +167,9 @@ class SignalLoad(Threads):
                 time.sleep(0.2)  # back off while the service is degraded
 
 
-def nothing_lost(
-    dep: Deployment, sent: list[Sent], targets: dict[int, list[tuple[str, int]]]
-) -> tuple[dict[str, Any], bool]:
-    """The figures of the exactly-once check, and whether it holds: every accepted signal stored once
-    and processed once, and the aggregates equal to the expectation."""
+def nothing_lost(dep: Deployment, sent: list[Sent], targets: Targets) -> tuple[dict[str, Any], bool]:
+    """The exactly-once check's figures, and whether it holds: every accepted signal stored once and
+    processed once, and the aggregates equal to the expectation."""
     stored = outcomes(dep)
     rows = dep.sql("SELECT count(idempotency_key), count(DISTINCT idempotency_key) FROM signals_app_signal")[0]
     expected = expected_aggregates(sent, targets)
@@ -197,53 +192,37 @@ def server_errors(statuses: dict[str, int]) -> int:
     return sum(count for status, count in statuses.items() if status.startswith("5"))
 
 
-def loss_figures(
-    dep: Deployment, load: SignalLoad, targets: dict[int, list[tuple[str, int]]]
-) -> tuple[dict[str, Any], bool]:
-    """What a fault drill on the signal flow reports, after the drain; it passes when nothing was
-    lost or counted twice and no request got a server error."""
+def loss_figures(dep: Deployment, load: SignalLoad, targets: Targets) -> tuple[dict[str, Any], bool]:
+    """A fault drill's figures after the drain; it passes when nothing was lost or counted twice and
+    no request got a server error."""
     drain = wait_until_processed(dep)
     lost, passed = nothing_lost(dep, load.sent, targets)
-    return {
+    figures = {
         "signals_per_second": load.rate,
         "drain_seconds": drain,
         "checks": lost,
         "http_errors": dict(load.errors),
-    }, passed and not server_errors(load.errors)
-
-
-def web_caches(client: Client, *, samples: int = 12) -> dict[int, bool]:
-    """Each web process's cache checked against the records: pid -> matches.
-
-    Every request opens a new connection, so the samples spread over gunicorn's workers.
-    """
-    seen: dict[int, bool] = {}
-    for _ in range(samples):
-        status, body = client.request("GET", "/api/leave-cache/?compare=1")
-        if status == 200:
-            seen[body["pid"]] = seen.get(body["pid"], True) and body["matches_database"]
-    return seen
-
-
-def worker_caches(dep: Deployment) -> dict[str, bool]:
-    """Each Celery worker's cache checked against the records, from its own log: name -> matches."""
-    dep.manage(
-        "shell", "-c", "from community.tasks import report_leave_cache\nfor _ in range(8): report_leave_cache.delay()"
-    )
-    names = dep.workers()
-    deadline = time.monotonic() + 60
-    found: dict[str, bool] = {}
-    while time.monotonic() < deadline and len(found) < len(names):
-        for name in names:
-            reports = [line for line in dep.log_since_start(name).splitlines() if "leave cache report:" in line]
-            if reports:
-                found[name] = all("matches_database=True" in line for line in reports)
-        time.sleep(0.5)
-    return found
+    }
+    return figures, passed and not server_errors(load.errors)
 
 
 def caches(dep: Deployment, client: Client, *, samples: int = 12) -> tuple[dict[str, Any], bool]:
-    """Every web and worker process's cache against the records: the figures, and whether at least one
-    process of each kind was seen and every one matches."""
-    seen = {"web_caches": web_caches(client, samples=samples), "worker_caches": worker_caches(dep)}
-    return seen, all(found and all(found.values()) for found in seen.values())
+    """Every web and worker process's cache against the records (web pid or worker name -> matches), and
+    whether at least one process of each kind was seen and every one matches. Each request opens a new
+    connection, so the samples spread over gunicorn's workers; a Celery worker reports in its own log."""
+    web: dict[int, bool] = {}
+    for _ in range(samples):
+        status, body = client.request("GET", "/api/leave-cache/?compare=1")
+        if status == 200:
+            web[body["pid"]] = web.get(body["pid"], True) and body["matches_database"]
+    tasks = "from community.tasks import report_leave_cache\nfor _ in range(8): report_leave_cache.delay()"
+    dep.manage("shell", "-c", tasks)
+    names, workers = dep.workers(), {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(workers) < len(names):
+        for name in names:
+            reports = [line for line in dep.log_since_start(name).splitlines() if "leave cache report:" in line]
+            if reports:
+                workers[name] = all("matches_database=True" in line for line in reports)
+        time.sleep(0.5)
+    return {"web_caches": web, "worker_caches": workers}, all(seen and all(seen.values()) for seen in (web, workers))

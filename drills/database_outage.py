@@ -1,9 +1,6 @@
-"""Drill 4: PostgreSQL goes down mid-run and comes back.
-
-While it is down the API answers 503 with a JSON body (never a 500 or a stack trace), the
-workers forward nothing they cannot confirm (the fence cannot be read, so nothing is
-processed) and retry. Afterwards every accepted signal is processed once, the signals of a
-user who left are all gated, and every process's cache equals the database."""
+"""PostgreSQL goes down mid-run and comes back: while it is down the API answers 503 with a JSON body (never
+a 500 or a stack trace) and the workers, unable to read the fence, process nothing and retry. Afterwards every
+accepted signal is processed once, a left user's signals are all gated, every process's cache equals the records."""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ from collections import Counter
 from typing import Any
 
 from drills import checks
-from drills.checks import GATED
 from drills.deployment import Deployment, postgres_ctl
 
 
@@ -55,7 +51,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
         "during_outage": dict(during),
         "bodies_json_with_detail": json_bodies,
         "left_user_signals": len(left_signals),
-        "left_user_not_gated": sum(1 for s in left_signals if stored.get(s.key) != GATED),
+        "left_user_not_gated": sum(1 for s in left_signals if stored.get(s.key) != checks.GATED),
         "checks": lost,
         **caches,
         "load_errors": dict(load.errors),

@@ -1,10 +1,5 @@
-"""A real deployment on this machine, on loopback only, for the drills.
-
-PostgreSQL (a database of its own on the running server), Redis (a database number of its
-own), gunicorn with several workers, several Celery worker processes and Celery beat, all
-under the production settings, run by a Supervisor (support/processes.py) as systemd runs the
-units. Everything it starts, it stops; the database is dropped.
-"""
+"""A real deployment on loopback for the drills: a PostgreSQL database and Redis databases of its own, gunicorn,
+Celery workers and beat under the production settings, started from deploy/systemd's units; all stopped after."""
 
 from __future__ import annotations
 
@@ -13,7 +8,6 @@ import os
 import secrets
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +15,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 import redis
@@ -36,8 +29,7 @@ REDIS_SERVER = "redis://127.0.0.1:6379"
 
 
 def unit_command(unit: str, *, instance: str = "") -> list[str]:
-    """The ExecStart of one of deploy/systemd's units, its installed program replaced by this
-    interpreter's module of that name (the drills start their processes exactly as the units do)."""
+    """A deploy/systemd unit's ExecStart, its installed program replaced by this interpreter's module of that name."""
     text = (PROJECT_DIR / "deploy" / "systemd" / unit).read_text()
     (line,) = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     argv = shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("%i", instance).replace("%H", "%h"))
@@ -51,13 +43,17 @@ class Deployment(Supervisor):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.database_url = f"{PG_SERVER}/{name}"
+        self.database_url = f"{PG_SERVER}/{name}"  # the drills' own checks read it directly
         self.broker_url = f"{REDIS_SERVER}/{broker_db}"
+        # With ``pooled``, web and workers reach PostgreSQL through a PgBouncer in transaction mode.
+        self.pooler = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-")) if pooled else None
+        self.pooler_port = free_port()
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tidalproject.settings.production",
             "SECRET_KEY": secrets.token_urlsafe(64),
-            "DATABASE_URL": self.database_url,
+            "DATABASE_URL": f"postgres://127.0.0.1:{self.pooler_port}/{name}" if pooled else self.database_url,
+            "DATABASE_DISABLE_SERVER_SIDE_CURSORS": str(pooled).lower(),
             "CELERY_BROKER_URL": self.broker_url,
             "CACHE_URL": f"{REDIS_SERVER}/{broker_db + 1}",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -82,13 +78,6 @@ class Deployment(Supervisor):
             "PYTHONPATH": str(PROJECT_DIR),
         }
         super().__init__(env=env, cwd=PROJECT_DIR, logs=PROJECT_DIR / "var" / "drills" / name)
-        # With ``pooled``, web and workers reach PostgreSQL through a PgBouncer in transaction
-        # mode; the drills' own checks still read the database directly.
-        self.pooler = Path(tempfile.mkdtemp(prefix="tidal-pgbouncer-")) if pooled else None
-        if self.pooler is not None:
-            self.pooler_port = free_port()
-            self.env["DATABASE_URL"] = f"postgres://127.0.0.1:{self.pooler_port}/{name}"
-            self.env["DATABASE_DISABLE_SERVER_SIDE_CURSORS"] = "true"
         self.token = ""
 
     def __enter__(self) -> Deployment:
@@ -105,11 +94,9 @@ class Deployment(Supervisor):
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         if self.pooler is not None:
-            self.run("pgbouncer", pgbouncer_argv(self.pooler, self.pooler_port))
-            what = f"pgbouncer (see {self.logs}/pgbouncer.log)"
-            wait_until(lambda: port_answers(self.pooler_port), timeout=15, what=what)
-        self._drop_database()
+            self._start_pooler(self.pooler)
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{self.name}"')
         redis.Redis.from_url(self.broker_url).flushdb()
         redis.Redis.from_url(self.env["CACHE_URL"]).flushdb()
@@ -124,16 +111,39 @@ class Deployment(Supervisor):
         wait_until(lambda: self.client().request("GET", "/api/schema/", timeout=5)[0] == 200, timeout=60, what=what)
         self.watch()
 
+    def _start_pooler(self, folder: Path) -> None:
+        """Debian's PgBouncer in transaction mode on loopback, configured in ``folder``. It refuses to run
+        as root, so as root it runs as the postgres user (hence a folder anyone can read)."""
+        (folder / "users.txt").write_text(f'"{os.environ.get("USER") or "root"}" ""\n')
+        # psycopg and Django send extra_float_digits and options: PgBouncer must not refuse them.
+        (folder / "pgbouncer.ini").write_text(f"""[databases]
+* = host=127.0.0.1 port=5432
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.pooler_port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {folder / "users.txt"}
+pool_mode = transaction
+default_pool_size = 20
+max_client_conn = 1000
+ignore_startup_parameters = extra_float_digits,options
+""")
+        folder.chmod(0o777)
+        for path in folder.iterdir():
+            path.chmod(0o666)
+        pgbouncer = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        as_postgres = ["-u", "postgres"] if os.geteuid() == 0 else []
+        self.run("pgbouncer", [pgbouncer, *as_postgres, str(folder / "pgbouncer.ini")])
+        what = f"pgbouncer (see {self.logs}/pgbouncer.log)"  # it logs "process up" once it listens
+        wait_until(lambda: "LOG process up" in self.log_since_start("pgbouncer"), timeout=15, what=what)
+
     def stop(self) -> None:
         self.stop_all()
         if self.pooler is not None:
             shutil.rmtree(self.pooler, ignore_errors=True)
-        with contextlib.suppress(psycopg.Error):  # the server may be what a drill stopped
-            self._drop_database()
-
-    def _drop_database(self) -> None:
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        with contextlib.suppress(psycopg.Error), psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')  # unless a drill stopped the server
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(
@@ -173,7 +183,7 @@ class Deployment(Supervisor):
         return self.client(printed.strip().splitlines()[-1])
 
     def clock(self) -> int:
-        """The leave clock's version, read from the database."""
+        """The leave clock's version."""
         return int(self.sql("SELECT version FROM community_leaveclock WHERE id = 1")[0][0])
 
     def workers(self) -> list[str]:
@@ -188,42 +198,8 @@ class Deployment(Supervisor):
         return done.returncode == 0, "; ".join([said, *named[:5]])
 
     def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-        """Read the deployment's database directly (for the drills' independent checks)."""
         with psycopg.connect(self.database_url) as conn:
             return conn.execute(query, params).fetchall()
-
-
-def pgbouncer_argv(folder: Path, port: int) -> list[str]:
-    """Debian's PgBouncer in transaction mode on loopback ``port``, in front of the machine's PostgreSQL,
-    configured in ``folder``. It refuses to run as root, so as root it runs as the postgres user."""
-    user = os.environ.get("USER") or "root"
-    server = urlsplit(PG_SERVER)
-    (folder / "users.txt").write_text(f'"{user}" ""\n')
-    # psycopg and Django send extra_float_digits and options: PgBouncer must not refuse them.
-    (folder / "pgbouncer.ini").write_text(f"""[databases]
-* = host={server.hostname} port={server.port}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {port}
-unix_socket_dir =
-auth_type = trust
-auth_file = {folder / "users.txt"}
-pool_mode = transaction
-default_pool_size = 20
-max_client_conn = 1000
-ignore_startup_parameters = extra_float_digits,options
-""")
-    folder.chmod(0o777)
-    for path in folder.iterdir():
-        path.chmod(0o666)
-    pgbouncer = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    return [pgbouncer, *(["-u", "postgres"] if os.geteuid() == 0 else []), str(folder / "pgbouncer.ini")]
-
-
-def port_answers(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return False
 
 
 REDIS_START = ["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "-::1", "--port", "6379", "--save", ""]

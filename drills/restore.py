@@ -1,8 +1,6 @@
-"""Drill 7: a restore under the running deployment moves the leave clock backwards (the README's
-table says how). Every process must gate the new leaver at once, though the clock then reads
-below the version they cached; the leaves that overtake the cached version are the case only
-the history row at that version can tell.
-"""
+"""A restore under the running deployment moves the leave clock backwards: every process must gate the new
+leaver at once, though the clock then reads below the version it cached; the leaves that overtake the cached
+version are the case only the history row at that version can tell."""
 
 from __future__ import annotations
 
@@ -17,50 +15,47 @@ from typing import Any
 from drills import checks
 from drills.checks import GATED
 from drills.deployment import Deployment
-from support.client import Client
 
 # Why a process re-warmed its cache, without the versions (they differ from process to process).
 WARMED = re.compile(r"leave cache warmed \((clock went back|history at version|[^)]+)")
-
-
-def _leave(client: Client, user_id: int, errors: list[str]) -> int:
-    status, body = client.request("POST", f"/api/community-layer/{user_id}/leave/")
-    if status != 200:
-        errors.append(f"leave {user_id}: {status}")
-        return -1
-    return int(body["version"])
-
-
-def _post(client: Client, user_id: int, count: int, errors: list[str]) -> list[str]:
-    """``count`` keyed signals for ``user_id``, one request each (spread over the web processes)."""
-    keys = []
-    for _ in range(count):
-        key = uuid.uuid4().hex
-        signal = {"user_id": user_id, "item_id": 1, "kind": "view", "idempotency_key": key}
-        signal["occurred_at"] = datetime.now(UTC).isoformat()
-        status, _ = client.request("POST", "/api/signals/", {"signals": [signal]})
-        if status == 202:
-            keys.append(key)
-        else:
-            errors.append(f"signals {status}")
-    return keys
 
 
 def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     client, users = dep.client(), list(range(60_000, 60_000 + (60 if full else 30)))
     checks.setup_targets(dep, client, users)
     errors: list[str] = []
+
+    def leave(user_id: int) -> int:
+        status, body = client.request("POST", f"/api/community-layer/{user_id}/leave/")
+        if status != 200:
+            errors.append(f"leave {user_id}: {status}")
+            return -1
+        return int(body["version"])
+
+    def post(user_id: int, count: int) -> list[str]:
+        """Post ``count`` keyed signals for ``user_id``, one request each (spread over the web processes)."""
+        keys = []
+        for _ in range(count):
+            key = uuid.uuid4().hex
+            signal = {"user_id": user_id, "item_id": 1, "kind": "view", "idempotency_key": key}
+            signal["occurred_at"] = datetime.now(UTC).isoformat()
+            status, _ = client.request("POST", "/api/signals/", {"signals": [signal]})
+            if status == 202:
+                keys.append(key)
+            else:
+                errors.append(f"signals {status}")
+        return keys
+
     before, after, rest = users[:5], users[5:15], users[15:]
     for user_id in before:
-        _leave(client, user_id, errors)
+        leave(user_id)
     dump_version = dep.clock()
     dump = dep.logs / "restore-drill.dump"
     subprocess.run(["pg_dump", "--format=custom", f"--file={dump}", dep.database_url], check=True, timeout=120)
     for user_id in after:
-        _leave(client, user_id, errors)
+        leave(user_id)
     # Every process syncs to the clock after the dump (each answers with its cache's version).
-    web = checks.web_caches(client, samples=16)
-    workers = checks.worker_caches(dep)
+    processes = sum(map(len, checks.caches(dep, client, samples=16)[0].values()))
     cached = dep.clock()
 
     restore = ["pg_restore", "--clean", "--if-exists", "--single-transaction", f"--dbname={dep.database_url}"]
@@ -69,14 +64,14 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     # with the cache they had, fenced by the restored clock.
     leaver = rest[0]
     with dep.workers_paused():
-        queued = _post(client, leaver, 12, errors)
-        first = _leave(client, leaver, errors)
-        received = _post(client, leaver, 24, errors)
+        queued = post(leaver, 12)
+        first = leave(leaver)
+        received = post(leaver, 24)
     # Overtake: more leaves than the versions lost, so the clock passes what processes cached.
     overtakers = rest[1 : 1 + len(after) + 2]
     for user_id in overtakers:
-        _leave(client, user_id, errors)
-    overtaken = [key for user_id in overtakers for key in _post(client, user_id, 2, errors)]
+        leave(user_id)
+    overtaken = [key for user_id in overtakers for key in post(user_id, 2)]
     checks.wait_until_processed(dep, timeout=120)
     time.sleep(0.5)
     found = Counter(WARMED.findall("".join(dep.log_since_start(name) for name in ["web", *dep.workers()])))
@@ -84,7 +79,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "dump_version": dump_version,
         "cached_version_before_restore": cached,
-        "processes": len(web) + len(workers),
+        "processes": processes,
         "version_after_first_leave": first,
     }
     every_gated = True

@@ -1,11 +1,8 @@
-"""Run the drills against a real deployment on this machine (loopback only).
+"""Run the drills, each on a deployment of its own on this machine (loopback only); exits 1 if any fails.
 
-    python -m drills.run            # the short version of every drill (what CI runs)
-    python -m drills.run --full     # the full version; writes RELIABILITY.md
-    python -m drills.run --only stop_forward worker_crash
-
-Each drill starts its own deployment (PostgreSQL database, Redis databases, gunicorn with 2
-workers, 2 Celery workers, Celery beat) and stops it. Exits 1 if any drill fails.
+python -m drills.run            # the short version of every drill (what CI runs)
+python -m drills.run --full     # the full version; writes RELIABILITY.md
+python -m drills.run --only stop_forward worker_crash
 """
 
 from __future__ import annotations
@@ -28,11 +25,12 @@ LOST = (
     "{checks[missing]} missing, {checks[pending]} pending, {checks[duplicated]} doubled, "
     "aggregates equal: {checks[aggregates_match]} ({checks[accepted]:,} accepted)"
 )
+RACE = "{leaves:,} leaves; {violations} violations"
 GATED = "{violations} of {must_be_gated:,} must-be-gated signals forwarded"
 SUBSCRIBER = "{0}: up to v{{subscribers[{0}][applied_up_to]:,}}, {{subscribers[{0}][out_of_order]}} out of order, "
 SUBSCRIBER += "{{subscribers[{0}][duplicates]:,}} duplicates"
 SUMMARY = {
-    "stop_forward": (RATE, "{leaves:,} leaves; {violations} violations", GATED),
+    "stop_forward": (RATE, RACE, GATED),
     "worker_crash": (RATE, "{kills} kill -9 ({killed_mid_batch} mid-batch)", LOST),
     "broker_loss": (RATE, "{flushes} flushes, {restarts} Redis restarts", LOST),
     "database_outage": ("", "PostgreSQL down {down_seconds:g} s", LOST),
@@ -55,23 +53,17 @@ SUMMARY = {
         "{erased_one_by_one} + {erased_in_bulk} users erased under load; kill -9 mid-job: {worker_killed_mid_job}",
         "{erased_signals_remaining} signals of erased users remain; aggregates equal: {aggregates_match}",
     ),
-    "stop_forward_pooled": (
-        RATE,
-        "through PgBouncer in transaction mode; {leaves:,} leaves; {violations} violations",
-        GATED,
-    ),
+    "stop_forward_pooled": (RATE, f"through PgBouncer in transaction mode; {RACE}", GATED),
 }
 DRILLS = list(SUMMARY)
 
 
 def run_one(name: str, *, full: bool) -> dict[str, Any]:
     """One drill on a deployment of its own: its figures, ``passed``, and what the verifier said."""
-    # The pooled drill is the stop-forward race on a deployment behind PgBouncer.
-    module = importlib.import_module(f"drills.{name.removesuffix('_pooled')}")
+    module = importlib.import_module(f"drills.{name.removesuffix('_pooled')}")  # the same race behind PgBouncer
     started = time.monotonic()
     try:
-        # Each drill has Redis databases of its own (broker and cache): 2-3, 4-5, ... 12-13, then
-        # again from 2 (drills run one after another, and each flushes its databases first).
+        # Redis databases (broker, cache) 2-3, 4-5, ... 12-13, then from 2 again: each drill flushes its own first.
         broker_db = 2 + 2 * (DRILLS.index(name) % 6)
         with Deployment(name=f"tidal_drill_{name}", broker_db=broker_db, pooled=name.endswith("_pooled")) as dep:
             result = module.drill(dep, full=full)
@@ -140,10 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = run_one(name, full=options.full)
         print(json.dumps(results[name], indent=2, default=str), flush=True)
     if options.full:
-        write_report(
-            results,
-            "python -m drills.run --full" + (f" --only {' '.join(options.only)}" if options.only != DRILLS else ""),
-        )
+        only = f" --only {' '.join(options.only)}" if options.only != DRILLS else ""
+        write_report(results, f"python -m drills.run --full{only}")
     failed = [name for name, result in results.items() if not result["passed"]]
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

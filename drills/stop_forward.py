@@ -1,11 +1,5 @@
-"""Drill 1: the stop-forward race (``stop_forward_pooled``: the same through PgBouncer), as the
-README's table says: each request on a new connection, so that gunicorn spreads them over its
-web processes.
-
-"Posted" is the whole POST: sent after the leave's answer came back, answered (202) before
-the rejoin was sent. A POST still in flight when the rejoin is sent may reach the server
-after the rejoin, and nothing on the server can tell when the client meant it.
-"""
+"""The stop-forward race (``stop_forward_pooled``: the same through PgBouncer), each request on a new
+connection so that gunicorn spreads them over its web processes."""
 
 from __future__ import annotations
 
@@ -51,6 +45,9 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     checks.wait_until_processed(dep)
 
     stored = checks.outcomes(dep)
+    # Must be gated: the whole POST inside a window, sent after the leave's answer and answered (202) before
+    # the rejoin was sent. One still in flight at the rejoin may reach the server after it, and nothing on
+    # the server can tell when the client meant it.
     gated = [
         s
         for s in load.sent
