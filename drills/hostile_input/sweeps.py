@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from drills.deployment import Deployment
-from drills.hostile_input.common import Answer, Operation, exchange, traceback_for, traceback_summary
+from drills.hostile_input.common import Answer, exchange
 
 # Pages outside the schema (drf-spectacular leaves itself out) that anyone may read.
 PUBLIC_PAGES = [("GET", "/api/schema/"), ("GET", "/api/docs/")]
@@ -39,17 +39,44 @@ WATCHED = {
 NEVER_LEFT = 7_700_000_001  # a user id with no leave record: rejoining it changes nothing
 FRESH = 7_800_000_000  # user ids above this are used once each, so that any write shows
 
+# Path parameters ({user_id}, {slug}) as they appear in the URL, percent-encoded.
+BAD_PATH_VALUES = {
+    "NUL byte": "a%00b",
+    "invalid UTF-8": "%FF%FE",
+    "encoded slashes": "..%2F..%2Fx",
+    "control characters": "%01%1B%7F",
+    "3,000 characters": "x" * 3000,
+}
 
 MAKE_ACCOUNTS = """
-import json
 from django.contrib.auth import get_user_model
 from accounts.services import token_issue
-accounts = {}
-for name in ("hostile-plain", "hostile-other"):
-    user, _ = get_user_model().objects.get_or_create(username=name)
-    accounts[name] = [user.pk, token_issue(user=user)[1]]
-print(json.dumps(accounts))
+plain, _ = get_user_model().objects.get_or_create(username="hostile-plain")
+other, _ = get_user_model().objects.get_or_create(username="hostile-other")
+print(plain.pk, token_issue(user=plain)[1], other.pk)
 """
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str  # the template, as in the schema
+    has_body: bool
+
+
+def operations(dep: Deployment) -> list[Operation]:
+    status, schema = dep.client("").request("GET", "/api/schema/?format=json")  # as anyone sees it
+    if status != 200:
+        raise RuntimeError(f"GET /api/schema/ answered {status}: {schema}")
+    found = []
+    for path, item in schema["paths"].items():
+        for method in (m for m in ("get", "post", "put", "patch", "delete") if m in item):
+            # DELETE .../members/ takes the body POST does, which the schema cannot show:
+            # drf-spectacular documents request bodies for POST, PUT and PATCH only.
+            has_body = "requestBody" in item[method] or method == "post"
+            has_body = has_body or (method == "delete" and path.endswith("/members/"))
+            found.append(Operation(method.upper(), path, has_body))
+    return found
 
 
 class Fixture:
@@ -57,8 +84,8 @@ class Fixture:
     left, a member of a community and a cohort, with a signal), that community and that cohort."""
 
     def __init__(self, dep: Deployment) -> None:
-        accounts = json.loads(dep.manage("shell", "-c", MAKE_ACCOUNTS).strip().splitlines()[-1])
-        (self.plain_id, self.plain_token), (self.other_id, _) = accounts["hostile-plain"], accounts["hostile-other"]
+        plain_id, self.plain_token, other_id = dep.manage("shell", "-c", MAKE_ACCOUNTS).split()[-3:]
+        self.plain_id, self.other_id = int(plain_id), int(other_id)
         suffix = secrets.token_hex(3)
         self.community, self.cohort = f"hostile-community-{suffix}", f"hostile-cohort-{suffix}"
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -81,74 +108,79 @@ class Fixture:
         path = path.replace("{slug}", self.cohort if template.startswith("/api/cohorts/") else self.community)
         return re.sub(r"\{[^}]+\}", "1", path)
 
-    def valid_body(self, op: Operation, tag: str) -> dict[str, Any]:
-        """A body the operation would accept, acting on ids no other request uses."""
+    def body(self, op: Operation, tag: str) -> bytes:
+        """A JSON body the operation would accept, acting on ids no other request uses."""
+        body: dict[str, Any] = {}
         if op.method == "DELETE" and op.path.endswith("/members/"):
-            return {"user_ids": [self.other_id]}  # a member: a removal would show
-        if op.path.endswith("/members/") or op.path.endswith("/bulk-leave/"):
-            return {"user_ids": [next(self.fresh)]}
-        if op.path == "/api/signals/":
+            body = {"user_ids": [self.other_id]}  # a member: a removal would show
+        elif op.path.endswith("/members/") or op.path.endswith("/bulk-leave/"):
+            body = {"user_ids": [next(self.fresh)]}
+        elif op.path == "/api/signals/":
             key = f"hostile-{tag}-{secrets.token_hex(6)}"
-            return {"signals": [{"user_id": next(self.fresh), "item_id": 1, "kind": "like", "idempotency_key": key}]}
-        if op.path in ("/api/communities/", "/api/cohorts/"):
+            body = {"signals": [{"user_id": next(self.fresh), "item_id": 1, "kind": "like", "idempotency_key": key}]}
+        elif op.path in ("/api/communities/", "/api/cohorts/"):
             slug = f"hostile-{tag}-{secrets.token_hex(4)}"
-            return {"slug": slug, "name": slug}
-        if (op.method, op.path) == TOKEN_LOGIN:
-            return {"username": "hostile-nobody", "password": secrets.token_hex(8)}
-        return {}
+            body = {"slug": slug, "name": slug}
+        elif (op.method, op.path) == TOKEN_LOGIN:
+            body = {"username": "hostile-nobody", "password": secrets.token_hex(8)}
+        return json.dumps(body).encode()
 
 
 def watched_counts(dep: Deployment, *, own: int) -> dict[str, int]:
     query = "SELECT " + ", ".join(f"({sql})" for sql in WATCHED.values())
-    row = dep.sql(query, {"own": own})[0]
-    return dict(zip(WATCHED, row, strict=True))
+    return dict(zip(WATCHED, dep.sql(query, {"own": own})[0], strict=True))
 
 
 def changed(before: dict[str, int], after: dict[str, int]) -> str:
     return ", ".join(f"{name} {before[name]}->{after[name]}" for name in before if before[name] != after[name])
 
 
-@dataclass
-class Probe:
-    case: str  # who sent it (the sweep) or which bad request
-    method: str
-    path: str
-    answer: Answer
-    problem: str = ""
+class Sweep:
+    """Answers counted by status for each case (an identity, or a kind of bad request), and one line
+    for each wrong answer."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, Counter[int]] = defaultdict(Counter)
+        self.violations: list[str] = []
+
+    def record(self, case: str, method: str, path: str, answer: Answer, problem: str) -> None:
+        self.statuses[case][answer.status] += 1
+        if problem:
+            said = f": {answer.body[:120].decode(errors='replace')!r}" if 0 < answer.status < 500 else ""
+            self.violations.append(f"{case}: {method} {path} -> {problem}{said}")
+
+    def figures(self, group: str) -> dict[str, Any]:
+        return {
+            f"{group}_requests": sum(counts.total() for counts in self.statuses.values()),
+            f"{group}_statuses": {case: dict(sorted(counts.items())) for case, counts in self.statuses.items()},
+            f"{group}_violations": self.violations,
+        }
 
 
-def authorization_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> list[Probe]:
+def authorization_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> Sweep:
     identities = {
         "anonymous": {},
         "unknown token": {"Authorization": f"Token {secrets.token_hex(20)}"},
         "plain user": {"Authorization": f"Token {fx.plain_token}"},
         "service account": {"Authorization": f"Token {dep.token}"},
     }
-    public = [Operation(m, p, False) for m, p in PUBLIC_PAGES]
-    probes: list[Probe] = []
+    public = [Operation(method, path, False) for method, path in PUBLIC_PAGES]
+    sweep = Sweep()
     for identity, auth in identities.items():
         # Refused calls by these identities must write nothing (the plain user's own id aside).
         before = watched_counts(dep, own=fx.plain_id)
         for op in [*public, *ops]:
-            targets = [fx.other_id]
-            if identity == "plain user" and "{user_id}" in op.path:
-                targets = [fx.plain_id, fx.other_id]
-            for user_id in targets:
-                headers = dict(auth)
-                body = None
-                if op.has_body:
-                    headers["Content-Type"] = "application/json"
-                    body = json.dumps(fx.valid_body(op, identity.replace(" ", "-"))).encode()
+            own = [fx.plain_id] if identity == "plain user" and "{user_id}" in op.path else []
+            for user_id in [*own, fx.other_id]:
+                headers = {**auth, "Content-Type": "application/json"} if op.has_body else auth
+                body = fx.body(op, identity.replace(" ", "-")) if op.has_body else None
                 path = fx.fill(op.path, user_id=user_id)
                 answer = exchange(dep.url, op.method, path, headers=headers, body=body)
-                probes.append(
-                    Probe(identity, op.method, path, answer, judge(identity, op, user_id == fx.plain_id, answer))
-                )
+                sweep.record(identity, op.method, path, answer, judge(identity, op, user_id == fx.plain_id, answer))
         after = watched_counts(dep, own=fx.plain_id)
         if identity != "service account" and after != before:
-            wrote = f"refused calls wrote rows: {changed(before, after)}"
-            probes.append(Probe(identity, "-", "-", Answer(0, b"", 0.0), wrote))
-    return probes
+            sweep.violations.append(f"{identity}: refused calls wrote rows: {changed(before, after)}")
+    return sweep
 
 
 def judge(identity: str, op: Operation, own: bool, answer: Answer) -> str:
@@ -175,86 +207,40 @@ def judge(identity: str, op: Operation, own: bool, answer: Answer) -> str:
     return "" if status in DENIED else f"expected 403 (or 400/404), got {status}"
 
 
-# Path parameters ({user_id}, {slug}) as they appear in the URL, percent-encoded.
-BAD_PATH_VALUES = {
-    "NUL byte": "a%00b",
-    "invalid UTF-8": "%FF%FE",
-    "encoded slashes": "..%2F..%2Fx",
-    "control characters": "%01%1B%7F",
-    "3,000 characters": "x" * 3000,
-}
-
-
-def bad_request_sweeps(dep: Deployment, ops: list[Operation], fx: Fixture) -> dict[str, list[Probe]]:
+def bad_request_sweeps(dep: Deployment, ops: list[Operation], fx: Fixture) -> dict[str, Sweep]:
     """As the service account: bad bodies for every operation that takes one, and hostile values for
-    every path parameter (with a valid body)."""
-    groups: dict[str, list[Probe]] = {"bad_body": [], "bad_path": []}
+    every path parameter (with a valid body). A 5xx, no answer or a write is wrong (the watched row
+    counts are compared around each request)."""
+    sweeps = {"bad_body": Sweep(), "bad_path": Sweep()}
+
+    def send(group: str, case: str, op: Operation, path: str, body: bytes | None, extra: dict[str, str]) -> None:
+        headers = {"Authorization": f"Token {dep.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        before = watched_counts(dep, own=-1)
+        answer = exchange(dep.url, op.method, path, headers=headers | extra, body=body)
+        after = watched_counts(dep, own=-1)
+        wrote = f"wrote rows ({changed(before, after)}) with answer {answer.status}" if after != before else ""
+        sweeps[group].record(case, op.method, path, answer, "; ".join(p for p in (answer.problem(), wrote) if p))
+
     for op in ops:
         if op.has_body:
             # Leave and rejoin take no body: aim them at users for whom they change nothing
             # (the victim has left; NEVER_LEFT is active), so that any write shows.
             path = fx.fill(op.path, user_id=NEVER_LEFT if op.path.endswith("/rejoin/") else fx.other_id)
-            valid = json.dumps(fx.valid_body(op, "bad")).encode()
-            bodies = {
-                "3 MB": valid[:-1] + b" " * (3 * 1024 * 1024) + valid[-1:],  # valid JSON
-                "not JSON": b"\xff\xfe{not: json,,",
-                "JSON array": b"[1, 2, 3]",
-                "nested 10,000 deep": b"[" * 10_000 + b"]" * 10_000,
-            }
-            found = [malformed(dep, name, op, path, body) for name, body in bodies.items()]
-            lie = json.dumps(fx.valid_body(op, "lie")).encode()
-            found.append(malformed(dep, "100 MB Content-Length", op, path, lie, claimed=100 * 2**20))
-            plain = json.dumps(fx.valid_body(op, "plain")).encode()
-            found.append(malformed(dep, "JSON as text/plain", op, path, plain, content_type="text/plain"))
-            groups["bad_body"] += found
+            valid = fx.body(op, "bad")
+            bodies = [
+                ("3 MB", valid[:-1] + b" " * (3 * 1024 * 1024) + valid[-1:], {}),  # valid JSON
+                ("not JSON", b"\xff\xfe{not: json,,", {}),
+                ("JSON array", b"[1, 2, 3]", {}),
+                ("nested 10,000 deep", b"[" * 10_000 + b"]" * 10_000, {}),
+                ("100 MB Content-Length", fx.body(op, "lie"), {"Content-Length": str(100 * 2**20)}),
+                ("JSON as text/plain", fx.body(op, "plain"), {"Content-Type": "text/plain"}),
+            ]
+            for case, body, extra in bodies:
+                send("bad_body", case, op, path, body, extra)
         if "{" in op.path:
-            for name, value in BAD_PATH_VALUES.items():
-                body = json.dumps(fx.valid_body(op, "path")).encode() if op.has_body else None
-                groups["bad_path"].append(malformed(dep, name, op, re.sub(r"\{[^}]+\}", value, op.path), body))
-    return groups
-
-
-def malformed(
-    dep: Deployment,
-    case: str,
-    op: Operation,
-    path: str,
-    body: bytes | None,
-    *,
-    content_type: str = "application/json",
-    claimed: int | None = None,
-) -> Probe:
-    """One malformed request as the service account (``claimed``: a Content-Length to claim instead of
-    the real one), and what is wrong with its answer: a 5xx, no answer, a write (the watched row
-    counts are compared around it)."""
-    headers = {"Authorization": f"Token {dep.token}", **({"Content-Type": content_type} if body is not None else {})}
-    before = watched_counts(dep, own=-1)
-    answer = exchange(dep.url, op.method, path, headers=headers, body=body, content_length=claimed)
-    after = watched_counts(dep, own=-1)
-    found = [answer.problem()] if answer.problem() else []
-    if after != before:
-        found.append(f"wrote rows ({changed(before, after)}) with answer {answer.status}")
-    return Probe(case, op.method, path, answer, "; ".join(found))
-
-
-def summarise(groups: dict[str, list[Probe]], tracebacks: dict[str, list[str]]) -> dict[str, Any]:
-    """For each group of probes: requests sent, answers counted by status for each identity (or kind
-    of bad request), and one line for each wrong answer."""
-    result: dict[str, Any] = {}
-    for group, probes in groups.items():
-        counts: dict[str, Counter[int]] = defaultdict(Counter)
-        for probe in probes:
-            if probe.method != "-":
-                counts[probe.case][probe.answer.status] += 1
-        result[f"{group}_requests"] = sum(1 for p in probes if p.method != "-")
-        result[f"{group}_statuses"] = {name: dict(sorted(c.items())) for name, c in counts.items()}
-        result[f"{group}_violations"] = []
-        for probe in (p for p in probes if p.problem):
-            line = f"{probe.case}: {probe.method} {probe.path} -> {probe.problem}"
-            if probe.answer.status >= 500:
-                line += f": {traceback_summary(traceback_for(tracebacks, probe.path))}"
-            elif probe.method != "-" and probe.answer.status:
-                line += f": {probe.answer.snippet(120)!r}"
-            result[f"{group}_violations"].append(line)
-    result["throttled"] = sum(p.answer.status == 429 for probes in groups.values() for p in probes)
-    return result
+            for case, value in BAD_PATH_VALUES.items():
+                body = fx.body(op, "path") if op.has_body else None
+                send("bad_path", case, op, re.sub(r"\{[^}]+\}", value, op.path), body, {})
+    return sweeps
