@@ -67,7 +67,9 @@ def main(argv: list[str]) -> int:
                 common.progress(f"making {args.users:,} users' memberships, leaves, {args.signals:,} signals")
                 data = phases.create(conn, args.signals, args.users, args.seed)
                 bench = phases.PipelineBench(conn=conn, data=data, args=args, broker=broker, children=children)
-                bench.run()
+                bench.throughput()  # the rows come in the order of their numbers
+                bench.gate_share()
+                bench.ingest()
     finally:
         try:
             broker.flushdb()

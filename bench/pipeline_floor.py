@@ -40,50 +40,54 @@ WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
 GATED_SQL = f"SELECT user_id FROM {LEAVE_TABLE} WHERE NOT (octet_length(value) = 9 AND get_byte(value, 0) = 0)"
 
 
-def credit_sql(prefix: str) -> str:
-    """Both aggregate upserts (GROUP BY joins of the batch with the memberships) and the
-    outcomes with their evidence, in one statement, as the product writes them. ``prefix``
-    names the tables: the product's, or their bare copies ("bare_")."""
-    signal = f"{prefix}{SIGNAL_TABLE}"
-    hour = "date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-    # The groups credited locked FOR KEY SHARE, once each, as the product's statement does (the
-    # aggregates have no foreign key to them); the groups' tables are never copied.
-    joined = [
-        f"{name}_all AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at"
-        f" FROM {signal} s JOIN {prefix}{members} m ON m.user_id = s.user_id WHERE s.id = ANY(%(passed)b)),"
-        f" {name}_groups AS (SELECT id FROM {groups} WHERE id IN (SELECT target FROM {name}_all) ORDER BY id"
-        f" FOR KEY SHARE), {name} AS (SELECT * FROM {name}_all WHERE target IN (SELECT id FROM {name}_groups))"
-        for name, members, target, groups in zip("ck", MEMBER_TABLES, TARGETS, GROUP_TABLES, strict=True)
-    ]
-    # Cohorts first, then communities, then the signals: each waits for the one before.
-    upserts = [
-        f"{name} AS (INSERT INTO {prefix}{table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
-        f" SELECT target, {hour}, item_id, kind, count(*), sum(weight), max(occurred_at) FROM {source}"
-        f" WHERE {after} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 ON CONFLICT ({target}, hour, item_id, kind)"
-        " DO UPDATE SET count = a.count + excluded.count, weight_sum = a.weight_sum + excluded.weight_sum,"
-        " last_at = GREATEST(a.last_at, excluded.last_at) RETURNING 1)"
-        for name, table, target, source, after in (
-            ("ka", AGGREGATE_TABLES[1], "cohort_id", "k", "true"),
-            ("ca", AGGREGATE_TABLES[0], "community_id", "c", "(SELECT count(*) FROM ka) >= 0"),
-        )
-    ]
-    targets = [
-        f"LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM {name} GROUP BY id) {name} USING (id)"
-        for name in "ck"
-    ]
-    credited = "CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.{}, '[]'::jsonb) END"
-    marks = (
-        f"m AS (UPDATE {signal} s SET outcome = CASE WHEN t.reason IS NOT NULL THEN %(gated)b::smallint"
-        " WHEN t.cs IS NULL AND t.ks IS NULL THEN %(no_target)b::smallint ELSE %(attributed)b::smallint END,"
-        f" gated_reason = t.reason, credited_communities = {credited.format('cs')},"
-        f" credited_cohorts = {credited.format('ks')}, processed_at = %(now)b, fence_at_processing = %(fence)b"
-        " FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)"
-    )
-    outcomes = (
-        "t AS (SELECT u.id, u.reason, c.targets AS cs, k.targets AS ks"
-        f" FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason) {' '.join(targets)})"
-    )
-    return f"WITH {', '.join([*joined, *upserts, outcomes, marks])} SELECT count(*) FROM m"
+# Per batch, after the lock: one statement joins the passing signals with the memberships, locks the
+# groups credited FOR KEY SHARE, once each, as the product's statement does (the aggregates have no
+# foreign key to them; the groups' tables are never copied), upserts both aggregates (cohorts first,
+# then communities, then the signals: each waits for the one before) and marks the outcomes with the
+# evidence the product writes. {p} prefixes the tables: the product's, or their bare copies ("bare_").
+CREDIT_SQL = """
+WITH c_all AS (SELECT s.id, m.community_id AS target, s.item_id, s.kind, s.weight, s.occurred_at
+        FROM {p}signals_app_signal s JOIN {p}community_communitymember m ON m.user_id = s.user_id
+        WHERE s.id = ANY(%(passed)b)),
+    c_groups AS (SELECT id FROM community_community WHERE id IN (SELECT target FROM c_all) ORDER BY id FOR KEY SHARE),
+    c AS (SELECT * FROM c_all WHERE target IN (SELECT id FROM c_groups)),
+    k_all AS (SELECT s.id, m.cohort_id AS target, s.item_id, s.kind, s.weight, s.occurred_at
+        FROM {p}signals_app_signal s JOIN {p}community_cohortmember m ON m.user_id = s.user_id
+        WHERE s.id = ANY(%(passed)b)),
+    k_groups AS (SELECT id FROM community_cohort WHERE id IN (SELECT target FROM k_all) ORDER BY id FOR KEY SHARE),
+    k AS (SELECT * FROM k_all WHERE target IN (SELECT id FROM k_groups)),
+    ka AS (INSERT INTO {p}signals_app_cohortaggregate AS a (cohort_id, hour, item_id, kind, count, weight_sum, last_at)
+        SELECT target, date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', item_id, kind,
+            count(*), sum(weight), max(occurred_at) FROM k GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+        ON CONFLICT (cohort_id, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,
+            weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)
+        RETURNING 1),
+    ca AS (INSERT INTO {p}signals_app_communityaggregate AS a (community_id, hour, item_id, kind, count, weight_sum,
+            last_at)
+        SELECT target, date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', item_id, kind,
+            count(*), sum(weight), max(occurred_at) FROM c WHERE (SELECT count(*) FROM ka) >= 0
+            GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+        ON CONFLICT (community_id, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,
+            weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)
+        RETURNING 1),
+    t AS (SELECT u.id, u.reason, c.targets AS cs, k.targets AS ks
+        FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason)
+        LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM c GROUP BY id) c USING (id)
+        LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM k GROUP BY id) k USING (id)),
+    m AS (UPDATE {p}signals_app_signal s SET
+        outcome = CASE WHEN t.reason IS NOT NULL THEN %(gated)b::smallint
+            WHEN t.cs IS NULL AND t.ks IS NULL THEN %(no_target)b::smallint ELSE %(attributed)b::smallint END,
+        gated_reason = t.reason,
+        credited_communities = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.cs, '[]'::jsonb) END,
+        credited_cohorts = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.ks, '[]'::jsonb) END,
+        processed_at = %(now)b, fence_at_processing = %(fence)b
+        FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)
+SELECT count(*) FROM m"""
+LOCK_SQL = (
+    "SELECT id, user_id FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0"
+    " ORDER BY id FOR UPDATE SKIP LOCKED"
+)
+PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY id"
 
 
 def process(paired: str) -> dict[str, Any]:
@@ -93,20 +97,14 @@ def process(paired: str) -> dict[str, Any]:
     taking turns batch by batch (a pair of batches sees the same machine)."""
     prefixes = ["", paired] if paired else [""]
     size = int(os.environ["SIGNAL_BATCH_SIZE"])
-    lock_sql = "SELECT id, user_id FROM {}{} WHERE id = ANY(%b) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED"
-    statements = {prefix: (lock_sql.format(prefix, SIGNAL_TABLE), credit_sql(prefix)) for prefix in prefixes}
+    statements = {prefix: (LOCK_SQL.format(p=prefix), CREDIT_SQL.format(p=prefix)) for prefix in prefixes}
     constants = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
     with psycopg.connect(os.environ["DATABASE_URL"], options="-c TimeZone=UTC") as conn:
         conn.execute("SELECT 1")  # connected and warm before the clock starts
         conn.commit()
         started = time.perf_counter()
         gated = {row[0] for row in conn.execute(GATED_SQL)}
-        pending = {
-            prefix: [
-                row[0] for row in conn.execute(f"SELECT id FROM {prefix}{SIGNAL_TABLE} WHERE outcome = 0 ORDER BY id")
-            ]
-            for prefix in prefixes
-        }
+        pending = {prefix: [row[0] for row in conn.execute(PENDING_SQL.format(p=prefix))] for prefix in prefixes}
         conn.commit()
         seconds = dict.fromkeys(prefixes, time.perf_counter() - started)  # each side pays the reads once
         processed = dict.fromkeys(prefixes, 0)
@@ -119,15 +117,8 @@ def process(paired: str) -> dict[str, Any]:
                     rows = cursor.execute(statements[prefix][0], (ids,)).fetchall()
                     passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
                     reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
-                    locked = [row[0] for row in rows]
-                    params = {
-                        **constants,
-                        "passed": passed,
-                        "ids": locked,
-                        "reasons": reasons,
-                        "now": datetime.now(UTC),
-                    }
-                    cursor.execute(statements[prefix][1], params)
+                    params = {"passed": passed, "ids": [row[0] for row in rows], "reasons": reasons}
+                    cursor.execute(statements[prefix][1], params | constants | {"now": datetime.now(UTC)})
                 conn.commit()
                 processed[prefix] += len(rows)
                 seconds[prefix] += time.perf_counter() - started

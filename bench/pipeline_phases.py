@@ -43,7 +43,6 @@ from community.services.layer import bulk_leave_community_layer, bulk_rejoin_com
 from signals_app.models import CohortAggregate, CommunityAggregate, GatedReason, Outcome, Signal
 from signals_app.services import processing
 from signals_app.services.ingest import signals_enqueue
-from signals_app.services.processing import signals_process
 from support.processes import Children, wait_until
 
 # The floor runs without Django: its tables and codes must be the models'.
@@ -171,19 +170,14 @@ def expected(data: Dataset) -> dict[str, dict[Any, Any]]:
         targets = (data.communities.get(user_id, []), data.cohorts.get(user_id, []))
         if user_id in data.left:
             want["outcomes"][signal_id] = floor.GATED
-        elif not (targets[0] or targets[1]):
-            want["outcomes"][signal_id] = floor.NO_TARGET
-        else:
-            want["outcomes"][signal_id] = floor.ATTRIBUTED
-            hour = occurred_at.replace(minute=0, second=0, microsecond=0)
-            for name, target_ids in zip(AGGREGATES, targets, strict=True):
-                for target_id in target_ids:
-                    count, weight_sum, last = want[name].get((target_id, hour, item_id, kind), (0, 0.0, occurred_at))
-                    want[name][target_id, hour, item_id, kind] = (
-                        count + 1,
-                        weight_sum + weight,
-                        max(last, occurred_at),
-                    )
+            continue
+        want["outcomes"][signal_id] = floor.ATTRIBUTED if targets[0] or targets[1] else floor.NO_TARGET
+        hour = occurred_at.replace(minute=0, second=0, microsecond=0)
+        for name, target_ids in zip(AGGREGATES, targets, strict=True):
+            for target_id in target_ids:
+                key = (target_id, hour, item_id, kind)
+                count, weight_sum, last = want[name].get(key, (0, 0.0, occurred_at))
+                want[name][key] = (count + 1, weight_sum + weight, max(last, occurred_at))
     return want
 
 
@@ -210,12 +204,6 @@ class PipelineBench(Results):
     args: argparse.Namespace  # pipeline.py's options
     broker: redis.Redis
     children: Children
-
-    def run(self) -> None:
-        self.throughput()
-        self.gate_share()
-        self.ingest()
-        self.sort()
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **options: Any) -> Any:
         return self.children.start(name, argv, env={**child_env(), **(env or {})}, cwd=PROJECT_DIR, **options)
@@ -359,7 +347,7 @@ class PipelineBench(Results):
         outsiders = range(max(self.data.user_ids) + 1, max(self.data.user_ids) + 1 + WHILE_QUEUED_CHANGES // 2)
         bulk_leave_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
         bulk_rejoin_community_layer(user_ids=outsiders, source=ChangeSource.COMMAND)
-        signals_process(signal_ids=batches[0])  # warm-up: the first use of each query path
+        processing.signals_process(signal_ids=batches[0])  # warm-up: the first use of each query path
 
         seconds: Counter[str] = Counter()  # by phase, statement, "commit" and "total"
         statements: Counter[str] = Counter()  # how many of each
@@ -367,7 +355,7 @@ class PipelineBench(Results):
         with probed(seconds, statements):
             for ids in batches[1 : timed + 1]:
                 started = time.perf_counter()
-                processed += signals_process(signal_ids=ids).processed
+                processed += processing.signals_process(signal_ids=ids).processed
                 seconds["total"] += time.perf_counter() - started
         self.check(processed == timed * size, f"the timed batches processed {timed * size:,} signals")
         self.check(seconds["steps"] > 0, "signals_process ran the two gated steps (timed by the probe)")
@@ -400,9 +388,8 @@ class PipelineBench(Results):
     def ingest(self) -> None:
         args = self.args
         sender = get_user_model().objects.get(pk=self.data.sender_id)  # a service account that may add signals
-        sender.user_permissions.add(
-            Permission.objects.get(content_type__app_label="signals_app", codename="add_signal")
-        )
+        permission = Permission.objects.get(content_type__app_label="signals_app", codename="add_signal")
+        sender.user_permissions.add(permission)
         sender.groups.add(Group.objects.get_or_create(name=settings.SERVICE_ACCOUNT_GROUP)[0])
         token = token_issue(user=sender)[1]
         server, base = gunicorn(self.children, child_env(), args.ingest_workers)
