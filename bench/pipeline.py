@@ -1,29 +1,23 @@
-"""Measure the signal pipeline's budgets against floors taken in the same run; see BENCHMARKS.md.
+"""Measure the signal pipeline's budgets against floors taken in the same run; see bench/pipeline.md.
 
     python bench/pipeline.py            # 200,000 signals, 2 rounds, 20 s of ingest in 4 slices: 5 to 15 minutes
     python bench/pipeline.py --quick    # 60,000 signals, 1 round, 5 s of ingest: a smoke run
 
-The budgets, floors and method are bench/pipeline.md (the text above its section of
-BENCHMARKS.md). Uses its own Redis database number (15: the drills use 2 to 13), flushed before and after.
+Uses a Redis database of its own (15: the drills use 2 to 13), flushed before and after.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common, report
+from bench import common
 from support.processes import Children
 
-DATABASE = "tidal_bench_pipeline"
-START, END = "<!-- bench:pipeline:start -->", "<!-- bench:pipeline:end -->"
-DESCRIPTION = Path(__file__).with_name("pipeline.md")  # the text above the results: what, how, notes
 SIZES = {
     "signals": (60_000, 200_000),
     "users": (10_000, 50_000),
@@ -33,7 +27,7 @@ SIZES = {
 }
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def main(argv: list[str]) -> int:
     parser = common.arguments(__doc__, quick="60,000 signals, 1 round, 5 s of ingest: a smoke run")
     add = parser.add_argument
     add("--signals", type=int, help="pending signals to process (default 200,000; 60,000 quick)")
@@ -48,11 +42,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.ingest_workers = args.ingest_workers or 2 * len(os.sched_getaffinity(0)) + 1
     if args.signals < 20_000:
         parser.error("--signals must be at least 20,000 (budget 2 profiles up to 40 batches of 500)")
-    return args
-
-
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
     import celery
     import gunicorn
     import kombu
@@ -61,62 +50,53 @@ def main(argv: list[str]) -> int:
     broker = redis.Redis.from_url(args.broker)
     broker.flushdb()
     redis_version = broker.info()["redis_version"]
+    parts = urlsplit(args.broker)
+    shown_broker = f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"  # no password
     load_before = os.getloadavg()[0]
     env = {"CELERY_BROKER_URL": args.broker, "SIGNAL_BATCH_SIZE": "500", "DEBUG": "false", "LOG_LEVEL": "WARNING"}
     try:
-        with common.database(DATABASE, args.server, env) as url, Children() as children:
+        with common.database("tidal_bench_pipeline", args.server, env) as url, Children() as children:
             import psycopg
-            from django.contrib.auth import get_user_model
 
-            from bench import pipeline_data
-            from bench.pipeline_phases import PipelineBench
+            from bench import pipeline_phases as phases
 
             with psycopg.connect(url, autocommit=True, options="-c TimeZone=UTC") as conn:
                 facts = [
                     fact for fact in common.machine(conn) if fact[0] not in ("settings", "LEAVE_CACHE_REWARM_AFTER")
                 ]
                 common.progress(f"making {args.users:,} users' memberships, leaves, {args.signals:,} signals")
-                sender = get_user_model().objects.create_user(username="bench-sender")
-                data = pipeline_data.create(conn, args.signals, args.users, args.seed, sender.pk)
-                bench = PipelineBench(conn, data, args, common.child_env(), broker, children)
-                bench.run()
+                data = phases.create(conn, args.signals, args.users, args.seed)
+                bench = phases.PipelineBench(conn=conn, data=data, args=args, broker=broker, children=children)
+                bench.throughput()  # the rows come in the order of their numbers
+                bench.gate_share()
+                bench.ingest()
     finally:
         try:
             broker.flushdb()
         except redis.RedisError as exc:  # e.g. Redis restarted under us: say so, keep the first error
-            print(f"could not flush the broker's database {redact(args.broker)}: {exc}", file=sys.stderr)
+            print(f"could not flush the broker's database {shown_broker}: {exc}", file=sys.stderr)
 
     per_user = [sum(map(len, groups.values())) / args.users for groups in (data.communities, data.cohorts)]
+    load = f"{load_before:.2f} at the start; {os.getloadavg()[0]:.2f} at the end, its own processes included"
     facts += [
         ("celery", f"{celery.__version__} (kombu {kombu.__version__}), broker Redis {redis_version}"),
         ("gunicorn", gunicorn.__version__),
         ("redis-py", redis.__version__),
-        (
-            "load average (1 min)",
-            f"{load_before:.2f} at the start; {os.getloadavg()[0]:.2f} at the end, its own processes included",
-        ),
+        ("load average (1 min)", load),
         ("settings", f"{common.SETTINGS}, DEBUG=False, SIGNAL_BATCH_SIZE=500, LOG_LEVEL=WARNING"),
-        ("broker", f"{redact(args.broker)} (flushed before and after)"),
+        ("broker", f"{shown_broker} (flushed before and after)"),
         (
             "data",
-            f"{args.users:,} users in {pipeline_data.COMMUNITIES} communities ({per_user[0]:.2f} each on"
-            f" average) and {pipeline_data.COHORTS} cohorts ({per_user[1]:.2f}), {len(data.left):,} left"
-            f" ({pipeline_data.LEFT_SHARE:.0%}); {args.signals:,} signals on {pipeline_data.ITEMS:,} items (Zipf),"
-            f" {len(pipeline_data.KINDS)} kinds, over {pipeline_data.HOURS} hours",
+            f"{args.users:,} users in {phases.COMMUNITIES} communities ({per_user[0]:.2f} each on average) and"
+            f" {phases.COHORTS} cohorts ({per_user[1]:.2f}), {len(data.left):,} left ({phases.LEFT_SHARE:.0%});"
+            f" {args.signals:,} signals on {phases.ITEMS:,} items (Zipf), {len(phases.KINDS)} kinds, over"
+            f" {phases.HOURS} hours",
         ),
     ]
-    command = common.command_line("pipeline.py", argv)
-    checks = common.checks_text(bench.failed_checks, "All the correctness checks listed above passed.")
-    tables = (("Budgets", bench.budgets), ("For information", bench.info))
-    parts = [(title, report.markdown_table(rows)) for title, rows in tables] + [("Checks", checks)]
-    printed = [report.text_table(title.upper(), rows) for title, rows in tables]
-    section = partial(common.results_section, command, facts, parts, bench.passed, description=DESCRIPTION, level=3)
-    return common.conclude(args, command, printed, bench.failed_checks, bench.passed, section, (START, END))
-
-
-def redact(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
+    description = Path(__file__).with_name("pipeline.md").read_text().strip()  # the text above the results
+    passed_text = "All the correctness checks listed above passed."
+    markers = ("<!-- bench:pipeline:start -->", "<!-- bench:pipeline:end -->")
+    return common.finish(args, "pipeline.py", argv, facts, bench, passed_text, markers, title=f"{description}\n\n")
 
 
 if __name__ == "__main__":

@@ -1,27 +1,29 @@
-"""The processing floor: the pipeline's database work, hand-written on plain psycopg.
+"""The pipeline benchmark's child processes without Django: the processing floor and the ingest load clients.
 
-No Django, no Celery. Run as its own process by pipeline.py, on the same pending signals
-the worker gets, in the same batches (ids in order, SIGNAL_BATCH_SIZE each)::
+    python bench/pipeline_floor.py process [--paired bare_]    # budgets 1 and 1b: every pending signal
+    python bench/pipeline_floor.py sql --sender-id 1 --client 0 --start T0 --end T1    # budget 3's floor
+    BENCH_API_TOKEN=KEY python bench/pipeline_floor.py http --url http://127.0.0.1:PORT --client 0 --start T0 --end T1
 
-    python bench/pipeline_floor.py postgres://127.0.0.1:5432/tidal_bench_pipeline --batch-size 500 [--paired bare_]
-
-Per batch, one transaction: lock it, gate its users in Python from a set of left users read
-once, then one statement for the rest (bench/pipeline.md). Parameters go in binary (``%b``).
-Prints one line of JSON: the signals processed, and how many a second.
+The database is DATABASE_URL's and the batch SIGNAL_BATCH_SIZE's, as for the worker. Prints one line of JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import os
+import random
 import sys
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
-# The product's tables and codes (pipeline_data.py checks them against the Django models).
+# The product's tables and codes (pipeline_phases.py checks them against the Django models).
 SIGNAL_TABLE = "signals_app_signal"
 AGGREGATE_TABLES = ("signals_app_communityaggregate", "signals_app_cohortaggregate")
 MEMBER_TABLES = ("community_communitymember", "community_cohortmember")
@@ -30,8 +32,7 @@ LEAVE_TABLE = "community_communityleave"
 TARGETS = ("community_id", "cohort_id")  # the member and aggregate tables' group column
 ATTRIBUTED, GATED, NO_TARGET = 1, 2, 3
 LEFT_AT_PROCESSING = 3  # GatedReason.LEFT_AT_PROCESSING
-# The signals' kinds and weights, here for the ingest clients, which run without Django too. The weights
-# are binary fractions: their sums are exact in any order, so two pipelines write bit-identical sums.
+# The weights are binary fractions: their sums are exact in any order, so two pipelines write bit-identical sums.
 KINDS = ("view", "like", "share", "comment")
 WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
 
@@ -39,112 +40,205 @@ WEIGHTS = (1.0, 1.0, 1.0, 2.0, 5.0, 0.5)
 GATED_SQL = f"SELECT user_id FROM {LEAVE_TABLE} WHERE NOT (octet_length(value) = 9 AND get_byte(value, 0) = 0)"
 
 
-def credit_sql(prefix: str) -> str:
-    """Both aggregate upserts (GROUP BY joins of the batch with the memberships) and the
-    outcomes with their evidence, in one statement, as the product writes them. ``prefix``
-    names the tables: the product's, or their bare copies ("bare_")."""
-    signal = f"{prefix}{SIGNAL_TABLE}"
-    hour = "date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
-    # The groups credited locked FOR KEY SHARE, once each, as the product's statement does (the
-    # aggregates have no foreign key to them); the groups' tables are never copied.
-    joined = [
-        f"{name}_all AS (SELECT s.id, m.{target} AS target, s.item_id, s.kind, s.weight, s.occurred_at"
-        f" FROM {signal} s JOIN {prefix}{members} m ON m.user_id = s.user_id WHERE s.id = ANY(%(passed)b)),"
-        f" {name}_groups AS (SELECT id FROM {groups} WHERE id IN (SELECT target FROM {name}_all) ORDER BY id"
-        f" FOR KEY SHARE), {name} AS (SELECT * FROM {name}_all WHERE target IN (SELECT id FROM {name}_groups))"
-        for name, members, target, groups in zip("ck", MEMBER_TABLES, TARGETS, GROUP_TABLES, strict=True)
-    ]
-    # Cohorts first, then communities, then the signals: each waits for the one before.
-    upserts = [
-        f"{name} AS (INSERT INTO {prefix}{table} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
-        f" SELECT target, {hour}, item_id, kind, count(*), sum(weight), max(occurred_at) FROM {source}"
-        f" WHERE {after} GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 ON CONFLICT ({target}, hour, item_id, kind)"
-        " DO UPDATE SET count = a.count + excluded.count, weight_sum = a.weight_sum + excluded.weight_sum,"
-        " last_at = GREATEST(a.last_at, excluded.last_at) RETURNING 1)"
-        for name, table, target, source, after in (
-            ("ka", AGGREGATE_TABLES[1], "cohort_id", "k", "true"),
-            ("ca", AGGREGATE_TABLES[0], "community_id", "c", "(SELECT count(*) FROM ka) >= 0"),
-        )
-    ]
-    targets = [
-        f"LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM {name} GROUP BY id) {name} USING (id)"
-        for name in "ck"
-    ]
-    credited = "CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.{}, '[]'::jsonb) END"
-    marks = (
-        f"m AS (UPDATE {signal} s SET outcome = CASE WHEN t.reason IS NOT NULL THEN %(gated)b::smallint"
-        " WHEN t.cs IS NULL AND t.ks IS NULL THEN %(no_target)b::smallint ELSE %(attributed)b::smallint END,"
-        f" gated_reason = t.reason, credited_communities = {credited.format('cs')},"
-        f" credited_cohorts = {credited.format('ks')}, processed_at = %(now)b, fence_at_processing = %(fence)b"
-        " FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)"
-    )
-    outcomes = (
-        "t AS (SELECT u.id, u.reason, c.targets AS cs, k.targets AS ks"
-        f" FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason) {' '.join(targets)})"
-    )
-    return f"WITH {', '.join([*joined, *upserts, outcomes, marks])} SELECT count(*) FROM m"
+# Per batch, after the lock: one statement joins the passing signals with the memberships, locks the
+# groups credited FOR KEY SHARE, once each, as the product's statement does (the aggregates have no
+# foreign key to them; the groups' tables are never copied), upserts both aggregates (cohorts first,
+# then communities, then the signals: each waits for the one before) and marks the outcomes with the
+# evidence the product writes. {p} prefixes the tables: the product's, or their bare copies ("bare_").
+CREDIT_SQL = """
+WITH c_all AS (SELECT s.id, m.community_id AS target, s.item_id, s.kind, s.weight, s.occurred_at
+        FROM {p}signals_app_signal s JOIN {p}community_communitymember m ON m.user_id = s.user_id
+        WHERE s.id = ANY(%(passed)b)),
+    c_groups AS (SELECT id FROM community_community WHERE id IN (SELECT target FROM c_all) ORDER BY id FOR KEY SHARE),
+    c AS (SELECT * FROM c_all WHERE target IN (SELECT id FROM c_groups)),
+    k_all AS (SELECT s.id, m.cohort_id AS target, s.item_id, s.kind, s.weight, s.occurred_at
+        FROM {p}signals_app_signal s JOIN {p}community_cohortmember m ON m.user_id = s.user_id
+        WHERE s.id = ANY(%(passed)b)),
+    k_groups AS (SELECT id FROM community_cohort WHERE id IN (SELECT target FROM k_all) ORDER BY id FOR KEY SHARE),
+    k AS (SELECT * FROM k_all WHERE target IN (SELECT id FROM k_groups)),
+    ka AS (INSERT INTO {p}signals_app_cohortaggregate AS a (cohort_id, hour, item_id, kind, count, weight_sum, last_at)
+        SELECT target, date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', item_id, kind,
+            count(*), sum(weight), max(occurred_at) FROM k GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+        ON CONFLICT (cohort_id, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,
+            weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)
+        RETURNING 1),
+    ca AS (INSERT INTO {p}signals_app_communityaggregate AS a (community_id, hour, item_id, kind, count, weight_sum,
+            last_at)
+        SELECT target, date_trunc('hour', occurred_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', item_id, kind,
+            count(*), sum(weight), max(occurred_at) FROM c WHERE (SELECT count(*) FROM ka) >= 0
+            GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+        ON CONFLICT (community_id, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,
+            weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)
+        RETURNING 1),
+    t AS (SELECT u.id, u.reason, c.targets AS cs, k.targets AS ks
+        FROM unnest(%(ids)b::bigint[], %(reasons)b::smallint[]) AS u(id, reason)
+        LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM c GROUP BY id) c USING (id)
+        LEFT JOIN (SELECT id, jsonb_agg(target ORDER BY target) AS targets FROM k GROUP BY id) k USING (id)),
+    m AS (UPDATE {p}signals_app_signal s SET
+        outcome = CASE WHEN t.reason IS NOT NULL THEN %(gated)b::smallint
+            WHEN t.cs IS NULL AND t.ks IS NULL THEN %(no_target)b::smallint ELSE %(attributed)b::smallint END,
+        gated_reason = t.reason,
+        credited_communities = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.cs, '[]'::jsonb) END,
+        credited_cohorts = CASE WHEN t.cs IS NOT NULL OR t.ks IS NOT NULL THEN coalesce(t.ks, '[]'::jsonb) END,
+        processed_at = %(now)b, fence_at_processing = %(fence)b
+        FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)
+SELECT count(*) FROM m"""
+LOCK_SQL = (
+    "SELECT id, user_id FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0"
+    " ORDER BY id FOR UPDATE SKIP LOCKED"
+)
+PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY id"
 
 
-# The statement's other parameters: the outcome codes, and no fence.
-CONSTANTS = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
-
-
-class Floor:
-    """The floor on the tables named with ``prefix``: per batch, lock it, gate in Python, one statement."""
-
-    def __init__(self, conn: psycopg.Connection[Any], gated: set[int], prefix: str) -> None:
-        self.conn, self.gated, self.processed, self.seconds = conn, gated, 0, 0.0
-        self.lock_sql = (
-            f"SELECT id, user_id FROM {prefix}{SIGNAL_TABLE} WHERE id = ANY(%b) AND outcome = 0"
-            " ORDER BY id FOR UPDATE SKIP LOCKED"
-        )
-        self.credit_sql = credit_sql(prefix)
-
-    def batch(self, ids: list[int]) -> None:
-        started = time.perf_counter()
-        with self.conn.cursor(binary=True) as cursor:
-            rows = cursor.execute(self.lock_sql, (ids,)).fetchall()
-            passed = [signal_id for signal_id, user_id in rows if user_id not in self.gated]
-            reasons = [LEFT_AT_PROCESSING if user_id in self.gated else None for _, user_id in rows]
-            locked = [row[0] for row in rows]
-            params = {**CONSTANTS, "passed": passed, "ids": locked, "reasons": reasons, "now": datetime.now(UTC)}
-            cursor.execute(self.credit_sql, params)
-        self.conn.commit()
-        self.processed += len(rows)
-        self.seconds += time.perf_counter() - started
-
-
-def run(url: str, batch_size: int, paired: str = "") -> dict[str, Any]:
-    """The floor over every pending signal; with ``paired``, the same floor on the tables of
-    that prefix too, the two taking turns batch by batch (a pair of batches sees the same machine)."""
-    names = ["", paired] if paired else [""]
-    with psycopg.connect(url, options="-c TimeZone=UTC") as conn:
+def process(paired: str) -> dict[str, Any]:
+    """The floor over every pending signal: per batch, one transaction, lock it, gate its users in
+    Python from a set of left users read once, then one statement for the rest; parameters in
+    binary (``%b``). With ``paired``, the same floor on the tables of that prefix too, the two
+    taking turns batch by batch (a pair of batches sees the same machine)."""
+    prefixes = ["", paired] if paired else [""]
+    size = int(os.environ["SIGNAL_BATCH_SIZE"])
+    statements = {prefix: (LOCK_SQL.format(p=prefix), CREDIT_SQL.format(p=prefix)) for prefix in prefixes}
+    constants = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
+    with psycopg.connect(os.environ["DATABASE_URL"], options="-c TimeZone=UTC") as conn:
         conn.execute("SELECT 1")  # connected and warm before the clock starts
         conn.commit()
         started = time.perf_counter()
         gated = {row[0] for row in conn.execute(GATED_SQL)}
-        pending = {
-            name: [row[0] for row in conn.execute(f"SELECT id FROM {name}{SIGNAL_TABLE} WHERE outcome = 0 ORDER BY id")]
-            for name in names
-        }
+        pending = {prefix: [row[0] for row in conn.execute(PENDING_SQL.format(p=prefix))] for prefix in prefixes}
         conn.commit()
-        read_once = time.perf_counter() - started
-        floors = {name: Floor(conn, gated, name) for name in names}
-        for number, start in enumerate(range(0, max(map(len, pending.values())), batch_size)):
-            for name in names[number % 2 :] + names[: number % 2]:  # each side goes first in turn
-                if batch := pending[name][start : start + batch_size]:
-                    floors[name].batch(batch)
-    answers = [{"processed": f.processed, "rate": f.processed / (read_once + f.seconds)} for f in floors.values()]
+        seconds = dict.fromkeys(prefixes, time.perf_counter() - started)  # each side pays the reads once
+        processed = dict.fromkeys(prefixes, 0)
+        for number, start in enumerate(range(0, max(map(len, pending.values())), size)):
+            for prefix in prefixes[number % 2 :] + prefixes[: number % 2]:  # each side goes first in turn
+                if not (ids := pending[prefix][start : start + size]):
+                    continue
+                started = time.perf_counter()
+                with conn.cursor(binary=True) as cursor:
+                    rows = cursor.execute(statements[prefix][0], (ids,)).fetchall()
+                    passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
+                    reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
+                    params = {"passed": passed, "ids": [row[0] for row in rows], "reasons": reasons}
+                    cursor.execute(statements[prefix][1], params | constants | {"now": datetime.now(UTC)})
+                conn.commit()
+                processed[prefix] += len(rows)
+                seconds[prefix] += time.perf_counter() - started
+    answers = [{"processed": processed[prefix], "rate": processed[prefix] / seconds[prefix]} for prefix in prefixes]
     return answers[0] | ({"paired": answers[1]} if paired else {})
+
+
+BATCH = 1_000
+TEMPLATES = 4  # distinct batches per client, reused with new keys
+REQUEST_MARK = "@@@@@@@@"  # 8 characters, replaced by the request number in each key
+INSERT_SQL = (
+    f"INSERT INTO {SIGNAL_TABLE} (sender_id, received_at, outcome, user_id, item_id, kind, weight, occurred_at,"
+    " idempotency_key) SELECT %s, now(), 0, u.* FROM unnest(%s::bigint[], %s::bigint[], %s::varchar[],"
+    " %s::float8[], %s::timestamptz[], %s::varchar[]) AS u"
+)
+
+
+def http_sender(args: argparse.Namespace, batches: list[list[Any]]) -> Callable[[int], int]:
+    """Posts batch ``number`` (its keys stamped) to /api/signals/; returns how many were accepted."""
+
+    def signal(user_id: int, item_id: int, kind: str, weight: float, at: datetime, key: str | None) -> dict[str, Any]:
+        occurred_at = at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        fields = {"user_id": user_id, "item_id": item_id, "kind": kind, "weight": weight, "occurred_at": occurred_at}
+        return fields | ({"idempotency_key": key} if key else {})
+
+    compact = (",", ":")
+    bodies = [
+        json.dumps({"signals": [signal(*row) for row in batch]}, separators=compact).encode() for batch in batches
+    ]
+    url = urlsplit(args.url)
+    # The token comes from the environment, not the command line, where any local user could read it.
+    headers = {"Authorization": f"Token {os.environ['BENCH_API_TOKEN']}", "Content-Type": "application/json"}
+
+    def send(number: int) -> int:
+        body = bodies[number % len(bodies)].replace(REQUEST_MARK.encode(), b"%08d" % number)
+        # gunicorn's sync workers close the connection after each response: one per request.
+        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=60)
+        try:
+            conn.request("POST", "/api/signals/", body=body, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+        finally:
+            conn.close()
+        if response.status != 202:
+            raise ValueError(f"HTTP {response.status}: {payload[:300]!r}")
+        answer = json.loads(payload)
+        if answer.get("duplicates"):
+            raise ValueError(f"unexpected duplicates: {answer}")
+        return int(answer["accepted"])
+
+    return send
+
+
+def sql_sender(args: argparse.Namespace, batches: list[list[Any]]) -> Callable[[int], int]:
+    """Inserts batch ``number`` (its keys stamped) with psycopg's default parameters, one transaction."""
+    columns = [[list(column) for column in zip(*batch, strict=True)] for batch in batches]
+    conn = psycopg.connect(os.environ["DATABASE_URL"])  # closed when the process exits
+
+    def send(number: int) -> int:
+        users, items, kinds, weights, moments, keys = columns[number % len(columns)]
+        keys = [key.replace(REQUEST_MARK, f"{number:08d}") if key else None for key in keys]
+        with conn.cursor() as cursor:
+            cursor.execute(INSERT_SQL, (args.sender_id, users, items, kinds, weights, moments, keys))
+            inserted = cursor.rowcount
+        conn.commit()
+        return inserted
+
+    return send
+
+
+def ingest(args: argparse.Namespace) -> dict[str, Any]:
+    """Send 1,000-signal batches back to back until ``end``, every other signal with a key unique
+    across clients and requests; those that complete within [start, end] are counted."""
+    rng = random.Random(args.seed * 1_000 + args.client)
+    now = datetime.now(UTC)
+    batches = [
+        [
+            (
+                rng.randint(1, 500_000),
+                rng.randint(1, 5_000),
+                rng.choice(KINDS),
+                rng.choice(WEIGHTS),
+                now - timedelta(microseconds=rng.randrange(6 * 3_600_000_000)),
+                f"c{args.client:03d}-{REQUEST_MARK}-{index:04d}" if index % 2 == 0 else None,
+            )
+            for index in range(BATCH)
+        ]
+        for _ in range(TEMPLATES)
+    ]
+    send = (http_sender if args.mode == "http" else sql_sender)(args, batches)
+    result: dict[str, Any] = {"signals": 0, "total_signals": 0, "errors": 0, "first_error": ""}
+    number = 0
+    while time.time() < args.end:
+        try:
+            accepted = send(number)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            result["errors"] += 1
+            result["first_error"] = result["first_error"] or f"{type(exc).__name__}: {exc}"[:500]
+            time.sleep(0.05)
+            continue
+        finally:
+            number += 1
+        result["total_signals"] += accepted
+        if args.start <= time.time() <= args.end:
+            result["signals"] += accepted
+    return result
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("database_url")
-    parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--paired", default="", help="the same floor on the tables of this prefix too, in turn")
+    parser.add_argument("mode", choices=("process", "sql", "http"))
+    parser.add_argument("--paired", default="", help="process: the same floor on the tables of this prefix too")
+    parser.add_argument("--url", help="http: the server's base URL")
+    parser.add_argument("--sender-id", type=int, help="sql: the signals' sender")
+    parser.add_argument("--client", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--start", type=float, help="epoch seconds: counting starts")
+    parser.add_argument("--end", type=float, help="epoch seconds: counting and sending stop")
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.database_url, args.batch_size, args.paired)))
+    print(json.dumps(process(args.paired) if args.mode == "process" else ingest(args)))
 
 
 if __name__ == "__main__":
