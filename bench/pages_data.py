@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.common import progress
 from bench.tools import AGGREGATES, LEFT_AT_BASE_NS, make_groups
@@ -156,7 +157,7 @@ def fill(conn: psycopg.Connection[Any], args: Any, sender_id: int, now: datetime
         progress(f"data: {table}")
         indexes = conn.execute(SECONDARY_INDEXES, [table]).fetchall()
         for index, _ in indexes:
-            conn.execute(f'DROP INDEX "{index}"')
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(index)))  # a name from the catalog
         # Foreign keys are checked row by row: off during the load (the rows are made valid).
         conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER ALL")
         for statement in statements:
