@@ -12,7 +12,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -123,53 +123,6 @@ def machine(conn: Any) -> list[tuple[str, str]]:
     ]
 
 
-def results_section(
-    command: str,
-    facts: Sequence[tuple[str, str]],
-    parts: Sequence[tuple[str, str]],
-    passed: bool,
-    *,
-    description: Path | None = None,
-    level: int = 2,
-) -> str:
-    """A markdown section: the description, the verdict, the command, the facts, then each part
-    under its title (a heading one level down; none for an empty title)."""
-    heading = "#" * level
-    blocks = [description.read_text().strip()] if description else []
-    blocks += [f"{heading} Results of the last run: {'PASS' if passed else 'FAIL'}", f"```\n{command}\n```"]
-    blocks.append("| Item | Value |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in facts))
-    for title, body in parts:
-        blocks += [f"{heading}# {title}", body] if title else [body]
-    return "\n\n".join(blocks) + "\n"
-
-
-def checks_text(failed: Sequence[str], passed_text: str) -> str:
-    return "\n".join(f"- FAILED: {what}" for what in failed) if failed else passed_text
-
-
-def conclude(
-    args: argparse.Namespace,
-    command: str,
-    printed: Sequence[str],
-    failed: Sequence[str],
-    passed: bool,
-    section: Callable[[], str],
-    markers: tuple[str, str],
-    *,
-    failed_prefix: str = "CHECK FAILED",
-) -> int:
-    """Print the results, write the section between ``markers`` unless --no-write; the exit status."""
-    for block in printed:
-        print(f"\n{block}")
-    for what in failed:
-        print(f"{failed_prefix}: {what}")
-    print(f"\n{'PASS' if passed else 'FAIL'}: {command}")
-    if not args.no_write:
-        report.write_section(args.output, section(), start=markers[0], end=markers[1])
-        print(f"results written to {args.output}")
-    return 0 if passed else 1
-
-
 def gunicorn(children: Any, env: dict[str, str], workers: int | None = None) -> tuple[Any, str]:
     """gunicorn with deploy/gunicorn.conf.py (sync workers) on a free loopback port, answering;
     returns the child and its base URL. BIND and WEB_CONCURRENCY are what that file reads."""
@@ -213,12 +166,25 @@ def finish(
     markers: tuple[str, str],
     title: str = "",
 ) -> int:
-    """``conclude`` for a report.Results ``found``: its budgets and its rows for information, each a
-    table, then its checks; a ``title`` above the section puts its headings one level down."""
+    """Print what a report.Results ``found`` holds: its budgets and its rows for information, each a
+    table, then its failed checks and the verdict; unless --no-write, put its markdown section between
+    ``markers`` of --output (a ``title`` above the section puts its headings one level down). The exit status."""
     command = command_line(script, argv)
-    tables = [(name, rows) for name, rows in (("Budgets", found.budgets), ("For information", found.info)) if rows]
-    parts = [(name, report.markdown_table(rows)) for name, rows in tables]
-    parts.append(("Checks", checks_text(found.failed_checks, passed_text)))
-    printed = [report.text_table(name.upper(), rows) for name, rows in tables]
-    section = title + results_section(command, facts, parts, found.passed, level=3 if title else 2)
-    return conclude(args, command, printed, found.failed_checks, found.passed, lambda: section, markers)
+    verdict = "PASS" if found.passed else "FAIL"
+    heading = "###" if title else "##"
+    blocks = [title.strip()] if title else []
+    blocks += [f"{heading} Results of the last run: {verdict}", f"```\n{command}\n```"]
+    blocks.append("| Item | Value |\n|---|---|\n" + "\n".join(f"| {key} | {value} |" for key, value in facts))
+    for name, rows in (("Budgets", found.budgets), ("For information", found.info)):
+        if rows:
+            print(f"\n{report.text_table(name.upper(), found.header, rows)}")
+            blocks += [f"{heading}# {name}", report.markdown_table(found.header, rows)]
+    checks = "\n".join(f"- FAILED: {what}" for what in found.failed_checks)
+    blocks += [f"{heading}# Checks", checks or passed_text]
+    for what in found.failed_checks:
+        print(f"CHECK FAILED: {what}")
+    print(f"\n{verdict}: {command}")
+    if not args.no_write:
+        report.write_section(args.output, "\n\n".join(blocks), start=markers[0], end=markers[1])
+        print(f"results written to {args.output}")
+    return 0 if found.passed else 1

@@ -3,10 +3,8 @@ Its own database (tidal_bench_downstream); the latency starts a real Celery work
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -16,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, report
 from bench.common import progress
 from bench.tools import copy_records, status_kib
 from support.processes import Children
@@ -24,25 +22,10 @@ from support.receiver import serve
 
 DATABASE = "tidal_bench_downstream"
 START, END = "<!-- downstream:begin -->", "<!-- downstream:end -->"
-# A line that ends in a backslash goes on in the next: a row of the table is one line.
-SECTION = """\
+TITLE = """\
 ## Downstream: the change feed, the export, webhooks
 
-Produced by `{command}` (`make bench-downstream`) on {now:%Y-%m-%d %H:%M} UTC, Python {python}, {machine}, \
-{cores} cores shared with other work. PostgreSQL on loopback.
-
-| what | figure |
-|---|---|
-| feed: read {feed_changes:,} changes through the API, 1,000 a page (in-process client, median of 5) \
-| {api_ms:,.0f} ms |
-| feed: the same through the selector only | {selector_ms:,.0f} ms |
-| export: {rows:,} left users as CSV ({mb:,.0f} MB), streamed | {seconds:,.1f} s |
-| export: resident set rise while streaming (peak of the whole process) | \
-{rss_rise_mb:,.1f} MiB ({rss_peak_mb:,.0f} MiB) |
-| webhook: from a leave call to its first delivery attempt at a healthy loopback receiver, \
-median ({arrived} of {latency_samples} leaves, 50 ms apart) | {median_ms:,.1f} ms |
-| webhook: the same, p99 (max) | {p99_ms:,.1f} ms ({max_ms:,.1f} ms) |
-
+Figures only, no budget (`make bench-downstream`), on cores shared with other work; PostgreSQL on loopback.
 The latency runs from before the leave call (so it includes the leave's own transaction)
 to the receiver reading the request: commit, the on-commit kick through Redis, a Celery
 worker (prefork, 2 processes) claiming the subscriber, reading the history and signing."""
@@ -78,8 +61,8 @@ def child_export() -> None:
     print(json.dumps({**figures, "rss_rise_mb": (peak - before) / 2**10, "rss_peak_mb": peak / 2**10}))
 
 
-def bench_feed(changes: int, failed: list[str]) -> dict[str, float]:
-    """Median seconds of 5 reads of the whole feed each way; each read must see every change."""
+def bench_feed(changes: int, found: report.Results) -> None:
+    """Median of 5 reads of the whole feed each way; each read must see every change."""
     from community.selectors import community_layer_changes
     from community.services.layer import bulk_leave_community_layer
 
@@ -102,20 +85,24 @@ def bench_feed(changes: int, failed: list[str]) -> dict[str, float]:
             after = entries[-1].version
         return seen
 
-    figures = {}
-    for name, read_all in (("api_ms", through_api), ("selector_ms", through_selector)):
+    for name, way, read_all in (
+        (
+            f"feed: read {changes:,} changes through the API, 1,000 a page (in-process client, median of 5)",
+            "api",
+            through_api,
+        ),
+        ("feed: the same through the selector only", "selector", through_selector),
+    ):
         rounds, seen = [], set()
         for _ in range(5):
             started = time.perf_counter()
             seen.add(read_all())
             rounds.append(time.perf_counter() - started)
-        if seen != {changes}:
-            failed.append(f"the feed read {sorted(seen)} changes of {changes:,} ({name.removesuffix('_ms')})")
-        figures[name] = statistics.median(rounds) * 1e3
-    return figures
+        found.check(seen == {changes}, f"the feed read {sorted(seen)} changes of {changes:,} ({way})")
+        found.note(name, f"{statistics.median(rounds) * 1e3:,.0f} ms")
 
 
-def bench_export(rows: int, changes: int) -> dict[str, float]:
+def bench_export(rows: int, changes: int, found: report.Results) -> None:
     """The export of every left user: the feed's leavers and ``rows - changes`` more by COPY."""
     import psycopg
 
@@ -126,10 +113,18 @@ def bench_export(rows: int, changes: int) -> dict[str, float]:
         copy_records(conn, "community_communityleave", ((uid, value) for uid in range(changes, rows)))
     argv = [sys.executable, "-c", "from bench.downstream import child_export; child_export()"]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=common.child_env())
-    return json.loads(done.stdout.splitlines()[-1])
+    export = json.loads(done.stdout.splitlines()[-1])
+    found.note(
+        f"export: {export['rows']:,} left users as CSV ({export['mb']:,.0f} MB), streamed",
+        f"{export['seconds']:,.1f} s",
+    )
+    found.note(
+        "export: resident set rise while streaming (peak of the whole process)",
+        f"{export['rss_rise_mb']:,.1f} MiB ({export['rss_peak_mb']:,.0f} MiB)",
+    )
 
 
-def bench_latency(samples: int, broker: str) -> dict[str, Any]:
+def bench_latency(samples: int, broker: str, found: report.Results) -> None:
     import redis
 
     from community.services.layer import leave_community_layer
@@ -160,12 +155,13 @@ def bench_latency(samples: int, broker: str) -> dict[str, Any]:
             time.sleep(0.1)
     server.shutdown()
     latencies = sorted((arrivals[u] - t) * 1000 for u, t in started.items() if u in arrivals)
-    return {
-        "arrived": len(latencies),
-        "median_ms": statistics.median(latencies),
-        "p99_ms": latencies[max(0, int(len(latencies) * 0.99) - 1)],
-        "max_ms": latencies[-1],
-    }
+    found.note(
+        "webhook: from a leave call to its first delivery attempt at a healthy loopback receiver, "
+        f"median ({len(latencies)} of {samples} leaves, 50 ms apart)",
+        f"{statistics.median(latencies):,.1f} ms",
+    )
+    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+    found.note("webhook: the same, p99 (max)", f"{p99:,.1f} ms ({latencies[-1]:,.1f} ms)")
 
 
 def main(argv: list[str]) -> int:
@@ -178,26 +174,20 @@ def main(argv: list[str]) -> int:
     args = common.parse(parser, argv, sizes)
     env = {"CELERY_BROKER_URL": args.broker, "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true"}
     env["ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
-    failed: list[str] = []
-    with common.database(DATABASE, args.server, env):
-        progress("feed")
-        feed = bench_feed(args.feed_changes, failed)
-        progress("export")
-        export = bench_export(args.export_rows, args.feed_changes)
-        progress("latency")
-        latency = bench_latency(args.latency_samples, args.broker)
+    found = report.Results()
+    with common.database(DATABASE, args.server, env) as url:
+        import psycopg
 
-    command = common.command_line("downstream.py", argv)
-    section = SECTION.format(
-        command=command,
-        now=datetime.datetime.now(datetime.UTC),
-        python=platform.python_version(),
-        machine=platform.machine(),
-        cores=os.cpu_count(),
-        **vars(args) | feed | export | latency,
-    )
-    section += "".join(f"\n\nCHECK FAILED: {what}" for what in failed)
-    return common.conclude(args, command, [section], failed, not failed, lambda: section, (START, END))
+        with psycopg.connect(url) as conn:
+            facts = common.machine(conn)
+        progress("feed")
+        bench_feed(args.feed_changes, found)
+        progress("export")
+        bench_export(args.export_rows, args.feed_changes, found)
+        progress("latency")
+        bench_latency(args.latency_samples, args.broker, found)
+    passed_text = "Each read of the feed, both ways, saw every change."
+    return common.finish(args, "downstream.py", argv, facts, found, passed_text, (START, END), TITLE)
 
 
 if __name__ == "__main__":

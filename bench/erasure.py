@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
     found.check(verified.passed, "verify_stop_forward afterwards: " + "; ".join(verified.named[:10]))
     facts = [("data", f"{total:,} signals, made in the database in {filled:.0f} s")]
     passed_text = "`verify_stop_forward` passed afterwards."
-    description = Path(__file__).with_name("erasure.md").read_text() + "\n"
+    description = Path(__file__).with_name("erasure.md").read_text()
     return common.finish(args, "erasure.py", argv, facts, found, passed_text, (START, END), description)
 
 

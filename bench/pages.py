@@ -9,13 +9,12 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import common
+from bench import common, report
 from bench.common import progress
 from bench.pages_data import BIG_TABLES, COHORTS, COMMUNITIES, HEAVY_USERS, KINDS
 from support.processes import Children
@@ -211,7 +210,7 @@ def main(argv: list[str]) -> int:
         from django.contrib.auth.models import Permission
 
         from accounts.services import token_issue
-        from bench import pages_data, report
+        from bench import pages_data
 
         now = datetime.now(UTC)
         operator = get_user_model().objects.create_superuser("bench-operator", password=PASSWORD)
@@ -249,33 +248,26 @@ def main(argv: list[str]) -> int:
         ("server", f"gunicorn, deploy/gunicorn.conf.py, {workers} sync workers, one request at a time"),
         ("requests", f"{args.requests} a page (after 2 untimed rounds), ids, slugs and filters varied"),
     ]
-    failed: list[str] = []
-    rows: list[Any] = []
+    found = report.Results()
+    found.header = (*found.header[:2], "Queries a request; scans of the big tables", *found.header[3:])
     for name, result in results.items():
         ordered = sorted(result["seconds"])
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1e3
-        failures = [f"{name}: answers other than 200: {'; '.join(result['errors'][:3])}"] if result["errors"] else []
-        if result["statuses"] != {200}:
-            failures.append(f"{name}: the test client got {sorted(result['statuses'])}")
-        failures += [f"{name}: Seq Scan on {scan}" for scan in result["seq_scans"][:3]]
-        failed += failures
+        failed_before = len(found.failed_checks)
+        found.check(not result["errors"], f"{name}: answers other than 200: {'; '.join(result['errors'][:3])}")
+        found.check(result["statuses"] == {200}, f"{name}: the test client got {sorted(result['statuses'])}")
+        for scan in result["seq_scans"][:3]:
+            found.check(False, f"{name}: Seq Scan on {scan}")
         measured = f"p50 {statistics.median(ordered) * 1e3:,.1f} ms, p95 {p95:,.1f} ms"
         plans = f"{result['queries']} queries; " + (", ".join(sorted(result["index_scans"])) or "no big table")
         budget = f"p95 < {BUDGET_MS:g} ms, no Seq Scan on a big table"
-        rows.append(report.Row(name, measured, plans, "", budget, p95 < BUDGET_MS and not failures))
-    passed = all(row.passed for row in rows)
-    command = common.command_line("pages.py", argv)
-    checks = common.checks_text(
-        failed,
+        found.budget(name, measured, plans, "", budget, p95 < BUDGET_MS and len(found.failed_checks) == failed_before)
+    passed_text = (
         "Every page answered 200 to every request, and no statement any page issued scans a big table "
-        "sequentially (the plans column names the index each one reads).",
+        "sequentially (the plans column names the index each one reads)."
     )
-    table = report.markdown_table(rows).replace("| Floor |", "| Queries a request; scans of the big tables |")
-    parts = [("", table), ("Checks", checks)]
-    description = Path(__file__).with_name("pages.md")
-    section = partial(common.results_section, command, facts, parts, passed, description=description, level=3)
-    printed = [report.text_table("PAGES", rows)]
-    return common.conclude(args, command, printed, failed, passed, section, (START, END), failed_prefix="FAILED")
+    description = Path(__file__).with_name("pages.md").read_text()
+    return common.finish(args, "pages.py", argv, facts, found, passed_text, (START, END), description)
 
 
 if __name__ == "__main__":

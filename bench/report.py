@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-_HEADER = ("Measurement", "Measured", "Floor", "Ratio", "Budget", "Result")
-
 
 class Row(NamedTuple):
     """One line of results; ``passed`` is None for a figure reported for information."""
@@ -45,20 +43,20 @@ def ratio(value: float) -> str:
     return f"{value:.2f}x"
 
 
-def text_table(title: str, rows: Sequence[Row]) -> str:
-    table = [_HEADER, *(row.cells() for row in rows)]
-    widths = [max(len(line[column]) for line in table) for column in range(len(_HEADER))]
+def text_table(title: str, header: Sequence[str], rows: Sequence[Row]) -> str:
+    table = [header, *(row.cells() for row in rows)]
+    widths = [max(len(line[column]) for line in table) for column in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in table]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return f"{title}\n" + "\n".join(lines)
 
 
-def markdown_table(rows: Sequence[Row]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Row]) -> str:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
     aligns = ("---", "---:", "---:", "---:", "---", ":---:")
-    return "\n".join([line(_HEADER), line(aligns), *(line(row.cells()) for row in rows)])
+    return "\n".join([line(header), line(aligns), *(line(row.cells()) for row in rows)])
 
 
 def write_section(path: Path, section: str, *, start: str, end: str) -> None:
@@ -74,8 +72,10 @@ def write_section(path: Path, section: str, *, start: str, end: str) -> None:
 
 @dataclass
 class Results:
-    """What a benchmark found: budget rows, rows for information, failed checks; also a benchmark's base class."""
+    """What a benchmark found: budget rows, rows for information, failed checks; also a benchmark's base class.
+    ``header`` heads the columns of its tables."""
 
+    header = ("Measurement", "Measured", "Floor", "Ratio", "Budget", "Result")
     budgets: list[Row] = field(default_factory=list, init=False)
     info: list[Row] = field(default_factory=list, init=False)
     failed_checks: list[str] = field(default_factory=list, init=False)
