@@ -161,7 +161,7 @@ def finish(
     script: str,
     argv: list[str],
     facts: Sequence[tuple[str, str]],
-    found: Any,
+    found: report.Results,
     passed_text: str,
     markers: tuple[str, str],
     title: str = "",
