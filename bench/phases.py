@@ -53,11 +53,6 @@ SCALE = 10_000_000  # gated users of the warm at scale, skipped with --quick
 ROUNDS = {"warm": (3, 7), "lookup": (10, 31), "fence": (3, 7), "fence_calls": (300, 1_000), "sync": (1, 3)}
 
 
-def is_gated(value: bytes) -> bool:
-    """The gate's rule for one stored record, from the bytes the benchmark wrote."""
-    return value[0] != MembershipStatus.ACTIVE
-
-
 def new_ids(taken: set[int], count: int, space: int, rng: random.Random) -> list[int]:
     """``count`` distinct ids from 1..space that are not in ``taken``; they join it."""
     chosen: list[int] = []
@@ -80,15 +75,13 @@ def timed(run: Callable[[], object]) -> float:
     return seconds
 
 
-def statement_medians(
-    statements: dict[str, str], namespace: dict[str, Any], rounds: int, number: int = 1
-) -> list[float]:
-    """The median seconds a call of each statement, timeit ``number`` times a round, alternating them."""
-    timers = [timeit.Timer(statement, globals=namespace) for statement in statements.values()]
+def statement_medians(statements: Sequence[str], namespace: dict[str, Any], rounds: int, calls: int = 1) -> list[float]:
+    """The median seconds a call of each statement, timeit ``calls`` times a round, alternating them."""
+    timers = [timeit.Timer(statement, globals=namespace) for statement in statements]
     samples: list[list[float]] = [[] for _ in timers]
     for _ in range(rounds):
         for timer, times in zip(timers, samples, strict=True):
-            times.append(timer.timeit(number=number) / number)
+            times.append(timer.timeit(number=calls) / calls)
     return [statistics.median(times) for times in samples]
 
 
@@ -114,9 +107,8 @@ def in_fresh_process(measure: Callable[[], Any]) -> Any:
 
 
 def peak_rise(fn: Callable[[], object]) -> tuple[float, int]:
-    """Seconds of ``fn`` and how far the resident set rose above its start meanwhile, libpq's
-    result buffer included (Linux: 5 in /proc/self/clear_refs resets the high-water mark)."""
-    gc.collect()
+    """Seconds of ``fn`` (started collected) and how far the resident set rose above its start meanwhile,
+    libpq's result buffer included (Linux: 5 in /proc/self/clear_refs resets the high-water mark)."""
     Path("/proc/self/clear_refs").write_text("5")
     before = tools.status_kib("VmRSS")
     seconds = timed(fn)
@@ -160,8 +152,7 @@ class Bench(Results):
     args: argparse.Namespace  # run.py's options
 
     def rounds(self, name: str) -> int:
-        quick, full = ROUNDS[name]
-        return quick if self.args.quick else full
+        return ROUNDS[name][0 if self.args.quick else 1]
 
     def run(self) -> None:
         self.load(10, ACTIVE_SHARE)
@@ -222,7 +213,7 @@ class Bench(Results):
         else:
             self.note(*row)
 
-        expected = {user_id for user_id, value in records if is_gated(value)}
+        expected = {user_id for user_id, value in records if value[0] != MembershipStatus.ACTIVE}
         warmed = leave_gate()
         self.check(
             leave_cache.size == len(expected)
@@ -304,10 +295,10 @@ class Bench(Results):
         )
         with self.conn.cursor() as cursor:
             floor, fenced = statement_medians(
-                {"floor": "cursor.execute(sql, pk); cursor.fetchone()", "gate": "gate()"},
+                ("cursor.execute(sql, pk); cursor.fetchone()", "gate()"),
                 {"gate": leave_gate, "cursor": cursor, "sql": FLOOR_FENCE_SQL, "pk": (1,)},
                 self.rounds("fence"),
-                number=self.rounds("fence_calls"),
+                calls=self.rounds("fence_calls"),
             )
         self.check(leave_cache.warms == warms, f"no re-warm while timing the fence ({count:,} records)")
         self.note(
@@ -335,15 +326,15 @@ class Bench(Results):
             answers = [warmed.is_left(user_id) for user_id in probes]
         self.check(not queries.captured_queries, "gate.is_left() runs no query")
         self.check(
-            answers == [user_id in stored and is_gated(stored[user_id]) for user_id in probes],
+            answers == [user_id in stored and stored[user_id][0] != MembershipStatus.ACTIVE for user_id in probes],
             "gate.is_left() answers as the records say",
         )
         medians = statement_medians(
-            {
-                "loop": "for user_id in probes: pass",
-                "dict": "for user_id in probes: user_id in d",
-                "gate": "for user_id in probes: gate.is_left(user_id)",
-            },
+            (
+                "for user_id in probes: pass",
+                "for user_id in probes: user_id in d",
+                "for user_id in probes: gate.is_left(user_id)",
+            ),
             {"probes": probes, "d": stored, "gate": warmed},
             rounds,
         )
