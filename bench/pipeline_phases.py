@@ -231,25 +231,31 @@ class PipelineBench(Results):
         for number in range(1, rounds + 1):
             progress(f"round {number}/{rounds}: set-based floor, {count:,} pending signals")
             load_pending(self.conn, self.data)
-            floor_rate = self.run_floor()["rate"]
+            rates = {"floor": self.run_floor()["rate"]}
             floor_written = self.check_written(f"set-based floor, round {number}", want)
+
+            progress(f"round {number}/{rounds}: Python-loop floor, {count:,} pending signals")
+            load_pending(self.conn, self.data)
+            rates["loop"] = self.run_floor("--per-signal")["rate"]
+            self.check_written(f"Python-loop floor, round {number}", want)
 
             # Budget 1b: the same floor on the project's tables and on bare copies of them, taking
             # turns batch by batch in one process (this machine's speed drifts by tens of percent
             # within minutes). Alone, not paired, for budget 1: the worker runs alone too.
-            progress(f"round {number}/{rounds}: the same, batch by batch in turn with bare tables")
+            progress(f"round {number}/{rounds}: the set-based floor, batch by batch in turn with bare tables")
             load_pending(self.conn, self.data)
             with bare_copies(self.conn):
                 project = self.run_floor("--paired", BARE)
             self.check_written(f"set-based floor paired with the bare one, round {number}", want)
             bare = project.pop("paired")
             self.check(bare["processed"] == count, f"the bare floor processed every signal (round {number})")
+            rates |= {"project": project["rate"], "bare": bare["rate"]}
 
             progress(f"round {number}/{rounds}: one Celery worker, {count:,} pending signals")
             load_pending(self.conn, self.data)
-            results.append(self.run_worker() | {"floor": floor_rate, "project": project["rate"], "bare": bare["rate"]})
+            results.append(self.run_worker() | rates)
             self.check_written(f"worker vs floor, round {number}", floor_written)
-            progress(f"set floor {rate(floor_rate)}, worker {rate(results[-1]['rate'])}")
+            progress(f"set floor {rate(rates['floor'])}, worker {rate(results[-1]['rate'])}")
 
         median = {key: statistics.median(result[key] for result in results) for key in results[0]}
         told = f"median of {rounds}" if rounds > 1 else "1 round"
@@ -269,6 +275,13 @@ class PipelineBench(Results):
             f"{rate(median['bare'])} (bare tables)",
             median["project"] / median["bare"],
             BARE_TABLES_BUDGET,
+        )
+        self.note(
+            "1. the Python-loop floor (plain psycopg, per batch a lock, then signal by signal: the gate in"
+            f" Python, an upsert of each aggregate, the mark) vs the set-based floor ({told})",
+            rate(median["loop"]),
+            rate(median["floor"]),
+            ratio(median["loop"] / median["floor"]),
         )
         self.note(
             "1. worker throughput from its first batch to its last (boot excluded)",
