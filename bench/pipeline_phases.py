@@ -46,9 +46,9 @@ from signals_app.services.ingest import signals_enqueue
 from support.processes import Children, wait_until
 
 # The floor runs without Django: its tables and codes must be the models'.
+BARE_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES)  # those bare_copies copies
 MODELS = (Signal, CommunityAggregate, CohortAggregate, CommunityMember, CohortMember, Community, Cohort, CommunityLeave)
-FLOOR_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES, *GROUP_TABLES, floor.LEAVE_TABLE)
-assert [model._meta.db_table for model in MODELS] == list(FLOOR_TABLES)
+assert [model._meta.db_table for model in MODELS] == [*BARE_TABLES, *GROUP_TABLES, floor.LEAVE_TABLE]
 FLOOR_CODES = (floor.ATTRIBUTED, floor.GATED, floor.NO_TARGET, floor.LEFT_AT_PROCESSING)
 assert FLOOR_CODES == (Outcome.ATTRIBUTED, Outcome.GATED, Outcome.NO_TARGET, GatedReason.LEFT_AT_PROCESSING)
 
@@ -66,8 +66,6 @@ CELERY_QUEUE = "celery"
 FLOOR = [sys.executable, str(PROJECT_DIR / "bench" / "pipeline_floor.py")]
 TASK_RUNTIME = re.compile(r"Task signals_app\.tasks\.process_signal_batch\[[^\]]+\] succeeded in ([0-9.]+)s")
 BARE = "bare_"
-BARE_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES)
-AGGREGATES = ("community aggregates", "cohort aggregates")  # of AGGREGATE_TABLES, as check_written names them
 
 
 @dataclass
@@ -163,9 +161,9 @@ def bare_copies(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def expected(data: Dataset) -> dict[str, dict[Any, Any]]:
-    """What processing every signal must write: both aggregates, (target id, hour, item id, kind) ->
-    (count, weight sum, last time), and the outcome by signal id."""
-    want: dict[str, dict[Any, Any]] = {"community aggregates": {}, "cohort aggregates": {}, "outcomes": {}}
+    """What processing every signal must write: the outcome by signal id and, by aggregate table,
+    (target id, hour, item id, kind) -> (count, weight sum, last time)."""
+    want: dict[str, dict[Any, Any]] = {"outcomes": {}, **{table: {} for table in AGGREGATE_TABLES}}
     for signal_id, user_id, item_id, kind, weight, occurred_at in data.signals:
         targets = (data.communities.get(user_id, []), data.cohorts.get(user_id, []))
         if user_id in data.left:
@@ -173,20 +171,12 @@ def expected(data: Dataset) -> dict[str, dict[Any, Any]]:
             continue
         want["outcomes"][signal_id] = floor.ATTRIBUTED if targets[0] or targets[1] else floor.NO_TARGET
         hour = occurred_at.replace(minute=0, second=0, microsecond=0)
-        for name, target_ids in zip(AGGREGATES, targets, strict=True):
+        for table, target_ids in zip(AGGREGATE_TABLES, targets, strict=True):
             for target_id in target_ids:
                 key = (target_id, hour, item_id, kind)
-                count, weight_sum, last = want[name].get(key, (0, 0.0, occurred_at))
-                want[name][key] = (count + 1, weight_sum + weight, max(last, occurred_at))
+                count, weight_sum, last = want[table].get(key, (0, 0.0, occurred_at))
+                want[table][key] = (count + 1, weight_sum + weight, max(last, occurred_at))
     return want
-
-
-def read_written(conn: psycopg.Connection[Any]) -> dict[str, dict[Any, Any]]:
-    written = {"outcomes": dict(conn.execute(f"SELECT id, outcome FROM {SIGNAL_TABLE}").fetchall())}
-    for name, table, target in zip(AGGREGATES, AGGREGATE_TABLES, TARGETS, strict=True):
-        rows = conn.execute(f"SELECT {target}, hour, item_id, kind, count, weight_sum, last_at FROM {table}")
-        written[name] = {(t, h, i, k): (c, w, last) for t, h, i, k, c, w, last in rows}
-    return written
 
 
 def rate(value: float) -> str:
@@ -210,7 +200,10 @@ class PipelineBench(Results):
 
     def check_written(self, label: str, want: dict[str, dict[Any, Any]]) -> dict[str, dict[Any, Any]]:
         """Check that a run wrote ``want``, row for row; what it wrote."""
-        got = read_written(self.conn)
+        got = {"outcomes": dict(self.conn.execute(f"SELECT id, outcome FROM {SIGNAL_TABLE}").fetchall())}
+        for table, target in zip(AGGREGATE_TABLES, TARGETS, strict=True):
+            rows = self.conn.execute(f"SELECT {target}, hour, item_id, kind, count, weight_sum, last_at FROM {table}")
+            got[table] = {tuple(row[:4]): tuple(row[4:]) for row in rows}
         for name, rows in want.items():
             if got[name] != rows:
                 differing = sum(1 for key in got[name].keys() | rows.keys() if got[name].get(key) != rows.get(key))
@@ -494,22 +487,20 @@ def probed(seconds: Counter[str], statements: Counter[str]) -> Iterator[None]:
     def timed(function: Callable[..., Any], key: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[key] += time.perf_counter() - started
+            result = function(*args, **kwargs)
+            seconds[key] += time.perf_counter() - started
+            return result
 
         return timed
 
     def execute(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
         started = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            if "leaveclock" not in sql and "leavehistory" not in sql:  # inside gate() or preload(), timed whole
-                name = next((name for marker, name in STATEMENTS.items() if marker in sql), "other SQL")
-                statements[name] += 1
-                seconds[name] += time.perf_counter() - started
+        result = execute(sql, params, many, context)
+        if "leaveclock" not in sql and "leavehistory" not in sql:  # inside gate() or preload(), timed whole
+            name = next((name for marker, name in STATEMENTS.items() if marker in sql), "other SQL")
+            statements[name] += 1
+            seconds[name] += time.perf_counter() - started
+        return result
 
     db = connections["default"]
     wrapped = [
