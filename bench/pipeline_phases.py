@@ -410,14 +410,8 @@ class PipelineBench(Results):
                     f"ingest slice {number}/{args.ingest_slices}: {args.ingest_clients} clients, {seconds:g} s with "
                     f"psycopg, then {seconds:g} s over HTTP (gunicorn, {args.ingest_workers} sync workers)"
                 )
-                result = self.run_clients(["sql", "--sender-id", str(sender.pk)], seconds)
-                floor_signals.append(result["signals"])
-                stored = self.conn.execute(f"SELECT count(*) FROM {SIGNAL_TABLE}").fetchone()[0]
-                self.check(stored == result["total_signals"], f"the ingest floor stored what it inserted ({stored:,})")
-                self.broker.flushdb()
-                result = self.run_clients(["http", "--url", base], seconds, {"BENCH_API_TOKEN": token})
-                served_signals.append(result["signals"])
-                self.check_ingested(result)
+                floor_signals.append(self.run_clients("sql", ["--sender-id", str(sender.pk)], seconds))
+                served_signals.append(self.run_clients("http", ["--url", base], seconds, {"BENCH_API_TOKEN": token}))
         finally:
             self.children.stop(server)
         floor_rate, accepted_rate = sum(floor_signals) / args.ingest_seconds, sum(served_signals) / args.ingest_seconds
@@ -433,36 +427,35 @@ class PipelineBench(Results):
         pairs = ", ".join(f"{h / f:.2f}x" for f, h in zip(floor_signals, served_signals, strict=True))
         self.note(f"3. ingest vs floor, slice by slice ({seconds:g} s each)", pairs)
 
-    def check_ingested(self, result: dict[str, Any]) -> None:
-        errors, accepted = result["errors"], result["total_signals"]
-        stored, keyed = self.conn.execute(f"SELECT count(*), count(idempotency_key) FROM {SIGNAL_TABLE}").fetchone()
-        pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
-        # The tasks waiting on the Celery queue and the signal ids they carry (no worker runs during ingest).
-        messages = self.broker.lrange(CELERY_QUEUE, 0, -1)
-        queued = [i for message in messages for i in json.loads(base64.b64decode(json.loads(message)["body"]))[0][0]]
-        self.broker.flushdb()
-        self.check(errors == 0, f"every ingest request answered 202 ({errors} did not: {result['first_error']})")
-        self.check(stored == accepted, f"the API stored what it accepted ({stored:,} vs {accepted:,})")
-        self.check(
-            2 * keyed == stored, f"half of the ingested signals carry an idempotency key ({keyed:,} of {stored:,})"
-        )
-        self.check(
-            sorted(queued) == sorted(pending),
-            f"the API enqueued every pending signal it stored, once ({len(queued):,} ids in {len(messages):,} tasks"
-            f" on Redis, {len(pending):,} pending, {stored - len(pending):,} gated on receipt)",
-        )
-
-    def run_clients(self, mode: list[str], seconds: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Empty the signals, then run the clients for ``seconds`` after a warm-up; their results added up."""
+    def run_clients(self, mode: str, options: list[str], seconds: float, env: dict[str, str] | None = None) -> int:
+        """Empty the signals and the broker, run the clients in ``mode`` for ``seconds`` after a warm-up and
+        check what they stored (over HTTP, what the API enqueued too); the signals they got in within the
+        counted window."""
         self.conn.execute(f"TRUNCATE {SIGNAL_TABLE} RESTART IDENTITY")
+        self.broker.flushdb()
         vacuum(self.conn, (SIGNAL_TABLE,))
         start = time.time() + (2.0 if self.args.quick else 3.0)
         end = start + seconds
-        argv = [*FLOOR, *mode, "--seed", str(self.args.seed), "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
+        argv = [*FLOOR, mode, *options, "--seed", str(self.args.seed), "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
         clients = [self.start(f"client-{n}", [*argv, "--client", str(n)], env) for n in range(self.args.ingest_clients)]
         results = [json_answer(self.children, client, max(end - time.time(), 0) + 120) for client in clients]
-        merged = {key: sum(r[key] for r in results) for key in ("signals", "total_signals", "errors")}
-        return merged | {"first_error": next((r["first_error"] for r in results if r["first_error"]), "")}
+        errors, sent = (sum(result[key] for result in results) for key in ("errors", "total_signals"))
+        first_error = next((result["first_error"] for result in results if result["first_error"]), "")
+        stored, keyed = self.conn.execute(f"SELECT count(*), count(idempotency_key) FROM {SIGNAL_TABLE}").fetchone()
+        who = "the API" if mode == "http" else "the ingest floor"
+        self.check(errors == 0, f"every request to {who} succeeded, 202 over HTTP ({errors} did not: {first_error})")
+        self.check(stored == sent, f"{who} stored what it accepted ({stored:,} vs {sent:,})")
+        self.check(2 * keyed == stored, f"half of the signals {who} stored carry an idempotency key ({keyed:,})")
+        if mode == "http":  # the tasks on the Celery queue and the signal ids they carry (no worker runs meanwhile)
+            pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
+            messages = self.broker.lrange(CELERY_QUEUE, 0, -1)
+            queued = [i for m in messages for i in json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]]
+            self.check(
+                sorted(queued) == sorted(pending),
+                f"the API enqueued every pending signal it stored, once ({len(queued):,} ids in {len(messages):,}"
+                f" tasks on Redis, {len(pending):,} pending, {stored - len(pending):,} gated on receipt)",
+            )
+        return sum(result["signals"] for result in results)
 
 
 PROBED = {
