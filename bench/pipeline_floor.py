@@ -86,8 +86,7 @@ WITH c_all AS (SELECT s.id, m.community_id AS target, s.item_id, s.kind, s.weigh
         FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)
 SELECT count(*) FROM m"""
 LOCK_SQL = (
-    "SELECT id, user_id FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0"
-    " ORDER BY id FOR UPDATE SKIP LOCKED"
+    "SELECT {columns} FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED"
 )
 PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY id"
 
@@ -95,10 +94,6 @@ PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY i
 # The Python-loop floor, a straightforward per-signal worker: after a lock that reads the signals'
 # fields too, signal by signal, the gate in Python, one upsert of each aggregate from the user's
 # memberships (the targets credited come back) and one mark with the same evidence; no group locks.
-LOCK_EACH_SQL = (
-    f"SELECT id, user_id, item_id, kind, weight, occurred_at FROM {SIGNAL_TABLE} WHERE id = ANY(%b) AND outcome = 0"
-    " ORDER BY id FOR UPDATE SKIP LOCKED"
-)
 CREDIT_EACH_SQL = [
     f"INSERT INTO {aggregate} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
     f" SELECT {target}, %(hour)b::timestamptz, %(item)b::bigint, %(kind)b::varchar, 1, %(weight)b::float8,"
@@ -116,7 +111,7 @@ MARK_EACH_SQL = (
 
 def credit_set(cursor: psycopg.Cursor[Any], prefix: str, ids: list[int], gated: set[int]) -> int:
     """One batch of the set-based floor, after the lock: the gate in Python, then CREDIT_SQL."""
-    rows = cursor.execute(LOCK_SQL.format(p=prefix), (ids,)).fetchall()
+    rows = cursor.execute(LOCK_SQL.format(columns="id, user_id", p=prefix), (ids,)).fetchall()
     passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
     reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
     constants = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
@@ -127,7 +122,8 @@ def credit_set(cursor: psycopg.Cursor[Any], prefix: str, ids: list[int], gated: 
 
 def credit_each(cursor: psycopg.Cursor[Any], ids: list[int], gated: set[int]) -> int:
     """One batch of the Python-loop floor: signal by signal after the lock."""
-    rows = cursor.execute(LOCK_EACH_SQL, (ids,)).fetchall()
+    columns = "id, user_id, item_id, kind, weight, occurred_at"
+    rows = cursor.execute(LOCK_SQL.format(columns=columns, p=""), (ids,)).fetchall()
     now = datetime.now(UTC)
     for signal_id, user_id, item_id, kind, weight, at in rows:
         mark = {"id": signal_id, "now": now, "outcome": GATED, "reason": LEFT_AT_PROCESSING, "cs": None, "ks": None}

@@ -319,7 +319,6 @@ class PipelineBench(Results):
             self.children.stop(worker)
         left_in_queue = self.broker.llen(CELERY_QUEUE)
         self.check(left_in_queue == 0, f"the worker consumed every task (left in the queue: {left_in_queue})")
-        self.broker.flushdb()
         query = f"SELECT DISTINCT processed_at FROM {SIGNAL_TABLE} ORDER BY processed_at"
         moments = [row[0].timestamp() for row in self.conn.execute(query)]
         self.check(
