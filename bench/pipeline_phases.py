@@ -444,7 +444,9 @@ class PipelineBench(Results):
         who = "the API" if mode == "http" else "the ingest floor"
         self.check(errors == 0, f"every request to {who} succeeded, 202 over HTTP ({errors} did not: {first_error})")
         self.check(stored == sent, f"{who} stored what it accepted ({stored:,} vs {sent:,})")
-        self.check(2 * keyed == stored, f"half of the signals {who} stored carry an idempotency key ({keyed:,})")
+        self.check(
+            2 * keyed == stored, f"half of what {who} stored carries an idempotency key ({keyed:,} of {stored:,})"
+        )
         if mode == "http":  # the tasks on the Celery queue and the signal ids they carry (no worker runs meanwhile)
             pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
             messages = self.broker.lrange(CELERY_QUEUE, 0, -1)
