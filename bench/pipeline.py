@@ -1,6 +1,6 @@
 """Measure the signal pipeline's budgets against floors taken in the same run; see bench/pipeline.md.
 
-    python bench/pipeline.py            # 200,000 signals, 2 rounds, 20 s of ingest in 4 slices: 5 to 15 minutes
+    python bench/pipeline.py            # 200,000 signals, 2 rounds, 20 s of ingest in 4 slices: 8 to 25 minutes
     python bench/pipeline.py --quick    # 60,000 signals, 1 round, 5 s of ingest: a smoke run
 
 Uses a Redis database of its own (15: the drills use 2 to 13), flushed before and after.

@@ -1,6 +1,7 @@
 """The pipeline benchmark's child processes without Django: the processing floor and the ingest load clients.
 
     python bench/pipeline_floor.py process [--paired bare_]    # budgets 1 and 1b: every pending signal
+    python bench/pipeline_floor.py process --per-signal        # budget 1's Python-loop floor, for information
     python bench/pipeline_floor.py sql --sender-id 1 --client 0 --start T0 --end T1    # budget 3's floor
     BENCH_API_TOKEN=KEY python bench/pipeline_floor.py http --url http://127.0.0.1:PORT --client 0 --start T0 --end T1
 
@@ -22,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 # The product's tables and codes (pipeline_phases.py checks them against the Django models).
 SIGNAL_TABLE = "signals_app_signal"
@@ -84,21 +86,65 @@ WITH c_all AS (SELECT s.id, m.community_id AS target, s.item_id, s.kind, s.weigh
         FROM t WHERE s.id = t.id AND (SELECT count(*) FROM ca) >= 0 RETURNING 1)
 SELECT count(*) FROM m"""
 LOCK_SQL = (
-    "SELECT id, user_id FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0"
-    " ORDER BY id FOR UPDATE SKIP LOCKED"
+    "SELECT {columns} FROM {p}signals_app_signal WHERE id = ANY(%b) AND outcome = 0 ORDER BY id FOR UPDATE SKIP LOCKED"
 )
 PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY id"
 
 
-def process(paired: str) -> dict[str, Any]:
-    """The floor over every pending signal: per batch, one transaction, lock it, gate its users in
-    Python from a set of left users read once, then one statement for the rest; parameters in
-    binary (``%b``). With ``paired``, the same floor on the tables of that prefix too, the two
+# The Python-loop floor, a straightforward per-signal worker: after a lock that reads the signals'
+# fields too, signal by signal, the gate in Python, one upsert of each aggregate from the user's
+# memberships (the targets credited come back) and one mark with the same evidence; no group locks.
+CREDIT_EACH_SQL = [
+    f"INSERT INTO {aggregate} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
+    f" SELECT {target}, %(hour)b::timestamptz, %(item)b::bigint, %(kind)b::varchar, 1, %(weight)b::float8,"
+    f" %(at)b::timestamptz FROM {members} WHERE user_id = %(user)b::bigint"
+    f" ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = a.count + 1,"
+    " weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)"
+    f" RETURNING {target}"
+    for aggregate, members, target in zip(AGGREGATE_TABLES, MEMBER_TABLES, TARGETS, strict=True)
+]
+MARK_EACH_SQL = (
+    f"UPDATE {SIGNAL_TABLE} SET outcome = %(outcome)b, gated_reason = %(reason)b, credited_communities = %(cs)b,"
+    " credited_cohorts = %(ks)b, processed_at = %(now)b, fence_at_processing = 0 WHERE id = %(id)b"
+)
+
+
+def credit_set(cursor: psycopg.Cursor[Any], prefix: str, ids: list[int], gated: set[int]) -> int:
+    """One batch of the set-based floor, after the lock: the gate in Python, then CREDIT_SQL."""
+    rows = cursor.execute(LOCK_SQL.format(columns="id, user_id", p=prefix), (ids,)).fetchall()
+    passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
+    reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
+    constants = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
+    params = {"passed": passed, "ids": [row[0] for row in rows], "reasons": reasons, "now": datetime.now(UTC)}
+    cursor.execute(CREDIT_SQL.format(p=prefix), params | constants)
+    return len(rows)
+
+
+def credit_each(cursor: psycopg.Cursor[Any], ids: list[int], gated: set[int]) -> int:
+    """One batch of the Python-loop floor: signal by signal after the lock."""
+    columns = "id, user_id, item_id, kind, weight, occurred_at"
+    rows = cursor.execute(LOCK_SQL.format(columns=columns, p=""), (ids,)).fetchall()
+    now = datetime.now(UTC)
+    for signal_id, user_id, item_id, kind, weight, at in rows:
+        mark = {"id": signal_id, "now": now, "outcome": GATED, "reason": LEFT_AT_PROCESSING, "cs": None, "ks": None}
+        if user_id not in gated:
+            hour = at.replace(minute=0, second=0, microsecond=0)  # the session is in UTC
+            one = {"user": user_id, "item": item_id, "kind": kind, "weight": weight, "at": at, "hour": hour}
+            cs, ks = (sorted(row[0] for row in cursor.execute(sql, one)) for sql in CREDIT_EACH_SQL)
+            mark |= {"outcome": NO_TARGET, "reason": None}
+            if cs or ks:
+                mark |= {"outcome": ATTRIBUTED, "cs": Jsonb(cs), "ks": Jsonb(ks)}
+        cursor.execute(MARK_EACH_SQL, mark)
+    return len(rows)
+
+
+def process(paired: str, per_signal: bool) -> dict[str, Any]:
+    """A floor over every pending signal, per batch one transaction, its users gated in Python from a set
+    of left users read once; parameters in binary (``%b``). The set-based one, or ``per_signal`` the
+    Python-loop one. With ``paired``, the set-based floor on the tables of that prefix too, the two
     taking turns batch by batch (a pair of batches sees the same machine)."""
     prefixes = ["", paired] if paired else [""]
     size = int(os.environ["SIGNAL_BATCH_SIZE"])
-    statements = {prefix: (LOCK_SQL.format(p=prefix), CREDIT_SQL.format(p=prefix)) for prefix in prefixes}
-    constants = {"fence": 0, "gated": GATED, "no_target": NO_TARGET, "attributed": ATTRIBUTED}
     with psycopg.connect(os.environ["DATABASE_URL"], options="-c TimeZone=UTC") as conn:
         conn.execute("SELECT 1")  # connected and warm before the clock starts
         conn.commit()
@@ -114,13 +160,11 @@ def process(paired: str) -> dict[str, Any]:
                     continue
                 started = time.perf_counter()
                 with conn.cursor(binary=True) as cursor:
-                    rows = cursor.execute(statements[prefix][0], (ids,)).fetchall()
-                    passed = [signal_id for signal_id, user_id in rows if user_id not in gated]
-                    reasons = [LEFT_AT_PROCESSING if user_id in gated else None for _, user_id in rows]
-                    params = {"passed": passed, "ids": [row[0] for row in rows], "reasons": reasons}
-                    cursor.execute(statements[prefix][1], params | constants | {"now": datetime.now(UTC)})
+                    if per_signal:
+                        processed[prefix] += credit_each(cursor, ids, gated)
+                    else:
+                        processed[prefix] += credit_set(cursor, prefix, ids, gated)
                 conn.commit()
-                processed[prefix] += len(rows)
                 seconds[prefix] += time.perf_counter() - started
     answers = [{"processed": processed[prefix], "rate": processed[prefix] / seconds[prefix]} for prefix in prefixes]
     return answers[0] | ({"paired": answers[1]} if paired else {})
@@ -231,6 +275,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("process", "sql", "http"))
     parser.add_argument("--paired", default="", help="process: the same floor on the tables of this prefix too")
+    parser.add_argument("--per-signal", action="store_true", help="process: the Python-loop floor")
     parser.add_argument("--url", help="http: the server's base URL")
     parser.add_argument("--sender-id", type=int, help="sql: the signals' sender")
     parser.add_argument("--client", type=int, default=0)
@@ -238,7 +283,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--start", type=float, help="epoch seconds: counting starts")
     parser.add_argument("--end", type=float, help="epoch seconds: counting and sending stop")
     args = parser.parse_args(argv)
-    print(json.dumps(process(args.paired) if args.mode == "process" else ingest(args)))
+    print(json.dumps(process(args.paired, args.per_signal) if args.mode == "process" else ingest(args)))
 
 
 if __name__ == "__main__":

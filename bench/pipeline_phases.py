@@ -46,9 +46,9 @@ from signals_app.services.ingest import signals_enqueue
 from support.processes import Children, wait_until
 
 # The floor runs without Django: its tables and codes must be the models'.
+BARE_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES)  # those bare_copies copies
 MODELS = (Signal, CommunityAggregate, CohortAggregate, CommunityMember, CohortMember, Community, Cohort, CommunityLeave)
-FLOOR_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES, *GROUP_TABLES, floor.LEAVE_TABLE)
-assert [model._meta.db_table for model in MODELS] == list(FLOOR_TABLES)
+assert [model._meta.db_table for model in MODELS] == [*BARE_TABLES, *GROUP_TABLES, floor.LEAVE_TABLE]
 FLOOR_CODES = (floor.ATTRIBUTED, floor.GATED, floor.NO_TARGET, floor.LEFT_AT_PROCESSING)
 assert FLOOR_CODES == (Outcome.ATTRIBUTED, Outcome.GATED, Outcome.NO_TARGET, GatedReason.LEFT_AT_PROCESSING)
 
@@ -66,8 +66,6 @@ CELERY_QUEUE = "celery"
 FLOOR = [sys.executable, str(PROJECT_DIR / "bench" / "pipeline_floor.py")]
 TASK_RUNTIME = re.compile(r"Task signals_app\.tasks\.process_signal_batch\[[^\]]+\] succeeded in ([0-9.]+)s")
 BARE = "bare_"
-BARE_TABLES = (SIGNAL_TABLE, *AGGREGATE_TABLES, *MEMBER_TABLES)
-AGGREGATES = ("community aggregates", "cohort aggregates")  # of AGGREGATE_TABLES, as check_written names them
 
 
 @dataclass
@@ -163,9 +161,9 @@ def bare_copies(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def expected(data: Dataset) -> dict[str, dict[Any, Any]]:
-    """What processing every signal must write: both aggregates, (target id, hour, item id, kind) ->
-    (count, weight sum, last time), and the outcome by signal id."""
-    want: dict[str, dict[Any, Any]] = {"community aggregates": {}, "cohort aggregates": {}, "outcomes": {}}
+    """What processing every signal must write: the outcome by signal id and, by aggregate table,
+    (target id, hour, item id, kind) -> (count, weight sum, last time)."""
+    want: dict[str, dict[Any, Any]] = {"outcomes": {}, **{table: {} for table in AGGREGATE_TABLES}}
     for signal_id, user_id, item_id, kind, weight, occurred_at in data.signals:
         targets = (data.communities.get(user_id, []), data.cohorts.get(user_id, []))
         if user_id in data.left:
@@ -173,20 +171,12 @@ def expected(data: Dataset) -> dict[str, dict[Any, Any]]:
             continue
         want["outcomes"][signal_id] = floor.ATTRIBUTED if targets[0] or targets[1] else floor.NO_TARGET
         hour = occurred_at.replace(minute=0, second=0, microsecond=0)
-        for name, target_ids in zip(AGGREGATES, targets, strict=True):
+        for table, target_ids in zip(AGGREGATE_TABLES, targets, strict=True):
             for target_id in target_ids:
                 key = (target_id, hour, item_id, kind)
-                count, weight_sum, last = want[name].get(key, (0, 0.0, occurred_at))
-                want[name][key] = (count + 1, weight_sum + weight, max(last, occurred_at))
+                count, weight_sum, last = want[table].get(key, (0, 0.0, occurred_at))
+                want[table][key] = (count + 1, weight_sum + weight, max(last, occurred_at))
     return want
-
-
-def read_written(conn: psycopg.Connection[Any]) -> dict[str, dict[Any, Any]]:
-    written = {"outcomes": dict(conn.execute(f"SELECT id, outcome FROM {SIGNAL_TABLE}").fetchall())}
-    for name, table, target in zip(AGGREGATES, AGGREGATE_TABLES, TARGETS, strict=True):
-        rows = conn.execute(f"SELECT {target}, hour, item_id, kind, count, weight_sum, last_at FROM {table}")
-        written[name] = {(t, h, i, k): (c, w, last) for t, h, i, k, c, w, last in rows}
-    return written
 
 
 def rate(value: float) -> str:
@@ -210,7 +200,10 @@ class PipelineBench(Results):
 
     def check_written(self, label: str, want: dict[str, dict[Any, Any]]) -> dict[str, dict[Any, Any]]:
         """Check that a run wrote ``want``, row for row; what it wrote."""
-        got = read_written(self.conn)
+        got = {"outcomes": dict(self.conn.execute(f"SELECT id, outcome FROM {SIGNAL_TABLE}").fetchall())}
+        for table, target in zip(AGGREGATE_TABLES, TARGETS, strict=True):
+            rows = self.conn.execute(f"SELECT {target}, hour, item_id, kind, count, weight_sum, last_at FROM {table}")
+            got[table] = {tuple(row[:4]): tuple(row[4:]) for row in rows}
         for name, rows in want.items():
             if got[name] != rows:
                 differing = sum(1 for key in got[name].keys() | rows.keys() if got[name].get(key) != rows.get(key))
@@ -231,25 +224,31 @@ class PipelineBench(Results):
         for number in range(1, rounds + 1):
             progress(f"round {number}/{rounds}: set-based floor, {count:,} pending signals")
             load_pending(self.conn, self.data)
-            floor_rate = self.run_floor()["rate"]
+            rates = {"floor": self.run_floor()["rate"]}
             floor_written = self.check_written(f"set-based floor, round {number}", want)
+
+            progress(f"round {number}/{rounds}: Python-loop floor, {count:,} pending signals")
+            load_pending(self.conn, self.data)
+            rates["loop"] = self.run_floor("--per-signal")["rate"]
+            self.check_written(f"Python-loop floor, round {number}", want)
 
             # Budget 1b: the same floor on the project's tables and on bare copies of them, taking
             # turns batch by batch in one process (this machine's speed drifts by tens of percent
             # within minutes). Alone, not paired, for budget 1: the worker runs alone too.
-            progress(f"round {number}/{rounds}: the same, batch by batch in turn with bare tables")
+            progress(f"round {number}/{rounds}: the set-based floor, batch by batch in turn with bare tables")
             load_pending(self.conn, self.data)
             with bare_copies(self.conn):
                 project = self.run_floor("--paired", BARE)
             self.check_written(f"set-based floor paired with the bare one, round {number}", want)
             bare = project.pop("paired")
             self.check(bare["processed"] == count, f"the bare floor processed every signal (round {number})")
+            rates |= {"project": project["rate"], "bare": bare["rate"]}
 
             progress(f"round {number}/{rounds}: one Celery worker, {count:,} pending signals")
             load_pending(self.conn, self.data)
-            results.append(self.run_worker() | {"floor": floor_rate, "project": project["rate"], "bare": bare["rate"]})
+            results.append(self.run_worker() | rates)
             self.check_written(f"worker vs floor, round {number}", floor_written)
-            progress(f"set floor {rate(floor_rate)}, worker {rate(results[-1]['rate'])}")
+            progress(f"set floor {rate(rates['floor'])}, worker {rate(results[-1]['rate'])}")
 
         median = {key: statistics.median(result[key] for result in results) for key in results[0]}
         told = f"median of {rounds}" if rounds > 1 else "1 round"
@@ -269,6 +268,13 @@ class PipelineBench(Results):
             f"{rate(median['bare'])} (bare tables)",
             median["project"] / median["bare"],
             BARE_TABLES_BUDGET,
+        )
+        self.note(
+            "1. the Python-loop floor (plain psycopg, per batch a lock, then signal by signal: the gate in"
+            f" Python, an upsert of each aggregate, the mark) vs the set-based floor ({told})",
+            rate(median["loop"]),
+            rate(median["floor"]),
+            ratio(median["loop"] / median["floor"]),
         )
         self.note(
             "1. worker throughput from its first batch to its last (boot excluded)",
@@ -313,7 +319,6 @@ class PipelineBench(Results):
             self.children.stop(worker)
         left_in_queue = self.broker.llen(CELERY_QUEUE)
         self.check(left_in_queue == 0, f"the worker consumed every task (left in the queue: {left_in_queue})")
-        self.broker.flushdb()
         query = f"SELECT DISTINCT processed_at FROM {SIGNAL_TABLE} ORDER BY processed_at"
         moments = [row[0].timestamp() for row in self.conn.execute(query)]
         self.check(
@@ -404,14 +409,8 @@ class PipelineBench(Results):
                     f"ingest slice {number}/{args.ingest_slices}: {args.ingest_clients} clients, {seconds:g} s with "
                     f"psycopg, then {seconds:g} s over HTTP (gunicorn, {args.ingest_workers} sync workers)"
                 )
-                result = self.run_clients(["sql", "--sender-id", str(sender.pk)], seconds)
-                floor_signals.append(result["signals"])
-                stored = self.conn.execute(f"SELECT count(*) FROM {SIGNAL_TABLE}").fetchone()[0]
-                self.check(stored == result["total_signals"], f"the ingest floor stored what it inserted ({stored:,})")
-                self.broker.flushdb()
-                result = self.run_clients(["http", "--url", base], seconds, {"BENCH_API_TOKEN": token})
-                served_signals.append(result["signals"])
-                self.check_ingested(result)
+                floor_signals.append(self.run_clients("sql", ["--sender-id", str(sender.pk)], seconds))
+                served_signals.append(self.run_clients("http", ["--url", base], seconds, {"BENCH_API_TOKEN": token}))
         finally:
             self.children.stop(server)
         floor_rate, accepted_rate = sum(floor_signals) / args.ingest_seconds, sum(served_signals) / args.ingest_seconds
@@ -427,36 +426,37 @@ class PipelineBench(Results):
         pairs = ", ".join(f"{h / f:.2f}x" for f, h in zip(floor_signals, served_signals, strict=True))
         self.note(f"3. ingest vs floor, slice by slice ({seconds:g} s each)", pairs)
 
-    def check_ingested(self, result: dict[str, Any]) -> None:
-        errors, accepted = result["errors"], result["total_signals"]
-        stored, keyed = self.conn.execute(f"SELECT count(*), count(idempotency_key) FROM {SIGNAL_TABLE}").fetchone()
-        pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
-        # The tasks waiting on the Celery queue and the signal ids they carry (no worker runs during ingest).
-        messages = self.broker.lrange(CELERY_QUEUE, 0, -1)
-        queued = [i for message in messages for i in json.loads(base64.b64decode(json.loads(message)["body"]))[0][0]]
-        self.broker.flushdb()
-        self.check(errors == 0, f"every ingest request answered 202 ({errors} did not: {result['first_error']})")
-        self.check(stored == accepted, f"the API stored what it accepted ({stored:,} vs {accepted:,})")
-        self.check(
-            2 * keyed == stored, f"half of the ingested signals carry an idempotency key ({keyed:,} of {stored:,})"
-        )
-        self.check(
-            sorted(queued) == sorted(pending),
-            f"the API enqueued every pending signal it stored, once ({len(queued):,} ids in {len(messages):,} tasks"
-            f" on Redis, {len(pending):,} pending, {stored - len(pending):,} gated on receipt)",
-        )
-
-    def run_clients(self, mode: list[str], seconds: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Empty the signals, then run the clients for ``seconds`` after a warm-up; their results added up."""
+    def run_clients(self, mode: str, options: list[str], seconds: float, env: dict[str, str] | None = None) -> int:
+        """Empty the signals and the broker, run the clients in ``mode`` for ``seconds`` after a warm-up and
+        check what they stored (over HTTP, what the API enqueued too); the signals they got in within the
+        counted window."""
         self.conn.execute(f"TRUNCATE {SIGNAL_TABLE} RESTART IDENTITY")
+        self.broker.flushdb()
         vacuum(self.conn, (SIGNAL_TABLE,))
         start = time.time() + (2.0 if self.args.quick else 3.0)
         end = start + seconds
-        argv = [*FLOOR, *mode, "--seed", str(self.args.seed), "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
+        argv = [*FLOOR, mode, *options, "--seed", str(self.args.seed), "--start", f"{start:.6f}", "--end", f"{end:.6f}"]
         clients = [self.start(f"client-{n}", [*argv, "--client", str(n)], env) for n in range(self.args.ingest_clients)]
         results = [json_answer(self.children, client, max(end - time.time(), 0) + 120) for client in clients]
-        merged = {key: sum(r[key] for r in results) for key in ("signals", "total_signals", "errors")}
-        return merged | {"first_error": next((r["first_error"] for r in results if r["first_error"]), "")}
+        errors, sent = (sum(result[key] for result in results) for key in ("errors", "total_signals"))
+        first_error = next((result["first_error"] for result in results if result["first_error"]), "")
+        stored, keyed = self.conn.execute(f"SELECT count(*), count(idempotency_key) FROM {SIGNAL_TABLE}").fetchone()
+        who = "the API" if mode == "http" else "the ingest floor"
+        self.check(errors == 0, f"every request to {who} succeeded, 202 over HTTP ({errors} did not: {first_error})")
+        self.check(stored == sent, f"{who} stored what it accepted ({stored:,} vs {sent:,})")
+        self.check(
+            2 * keyed == stored, f"half of what {who} stored carries an idempotency key ({keyed:,} of {stored:,})"
+        )
+        if mode == "http":  # the tasks on the Celery queue and the signal ids they carry (no worker runs meanwhile)
+            pending = {row[0] for row in self.conn.execute(f"SELECT id FROM {SIGNAL_TABLE} WHERE outcome = 0")}
+            messages = self.broker.lrange(CELERY_QUEUE, 0, -1)
+            queued = [i for m in messages for i in json.loads(base64.b64decode(json.loads(m)["body"]))[0][0]]
+            self.check(
+                sorted(queued) == sorted(pending),
+                f"the API enqueued every pending signal it stored, once ({len(queued):,} ids in {len(messages):,}"
+                f" tasks on Redis, {len(pending):,} pending, {stored - len(pending):,} gated on receipt)",
+            )
+        return sum(result["signals"] for result in results)
 
 
 PROBED = {
@@ -481,22 +481,20 @@ def probed(seconds: Counter[str], statements: Counter[str]) -> Iterator[None]:
     def timed(function: Callable[..., Any], key: str) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                seconds[key] += time.perf_counter() - started
+            result = function(*args, **kwargs)
+            seconds[key] += time.perf_counter() - started
+            return result
 
         return timed
 
     def execute(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
         started = time.perf_counter()
-        try:
-            return execute(sql, params, many, context)
-        finally:
-            if "leaveclock" not in sql and "leavehistory" not in sql:  # inside gate() or preload(), timed whole
-                name = next((name for marker, name in STATEMENTS.items() if marker in sql), "other SQL")
-                statements[name] += 1
-                seconds[name] += time.perf_counter() - started
+        result = execute(sql, params, many, context)
+        if "leaveclock" not in sql and "leavehistory" not in sql:  # inside gate() or preload(), timed whole
+            name = next((name for marker, name in STATEMENTS.items() if marker in sql), "other SQL")
+            statements[name] += 1
+            seconds[name] += time.perf_counter() - started
+        return result
 
     db = connections["default"]
     wrapped = [
