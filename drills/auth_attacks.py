@@ -16,7 +16,6 @@ from typing import Any
 
 from drills.deployment import Deployment
 from drills.hostile_input.common import exchange
-from support.client import Client
 
 COMMON_PASSWORDS = ["123456", "password", "admin", "qwerty", "letmein", "welcome1", "changeme"]
 OPERATOR = "drill-operator"
@@ -111,7 +110,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     # 3. Tokens: revoked, expired, and every value of the token table (a dump).
     dump = [str(v) for row in dep.sql("SELECT * FROM knox_authtoken") for v in row]
     for token in [made["revoked"], made["expired"], *dump]:
-        status, _ = Client(dep.url, token).request("GET", f"/api/community-layer/{made['holder']}/")
+        status, _ = dep.client(token).request("GET", f"/api/community-layer/{made['holder']}/")
         answers["token_replay", "api", status] += 1
     query = "SELECT count(*) FROM axes_accessattempt WHERE failures_since_start >= %s"
     lockouts = dep.sql(query, [FAILURE_LIMIT])[0][0]
@@ -120,7 +119,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     operator = Door(dep.url, "192.0.2.10")
     logged_in = operator.log_in("admin", OPERATOR, password) == 302
     operator_after = logged_in and operator.send("GET", "/admin/")[0] == 200
-    service_after = Client(dep.url, dep.token).request("GET", "/api/community-layer/1/")[0] == 200
+    service_after = dep.client().request("GET", "/api/community-layer/1/")[0] == 200
 
     # Each answer as its door means it: the attacker let in, refused, or neither (unexpected).
     let_in = sum(n for (_, door, status), n in answers.items() if status in DOORS[door][0])

@@ -37,8 +37,8 @@ def exchange(
     body: bytes | None = None,
     timeout: float = TIMEOUT,
 ) -> Answer:
-    """One request on a new connection (a Content-Length in ``headers`` is sent instead of the real one);
-    gives up after ``timeout`` seconds in all.
+    """One request on a new connection (a Content-Length or Content-Type in ``headers`` is sent instead of
+    the real length or JSON's type); gives up after ``timeout`` seconds in all.
 
     The body is sent from a thread while the answer is read, so that an early answer
     (413 before the body is read) is seen even if the server then resets the connection.
@@ -51,6 +51,8 @@ def exchange(
     lines += [f"{name}: {value}" for name, value in headers.items()]
     if "Content-Length" not in headers and (body is not None or method in ("POST", "PUT", "PATCH")):
         lines.append(f"Content-Length: {len(body or b'')}")
+    if "Content-Type" not in headers and body is not None:
+        lines.append("Content-Type: application/json")
     request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
     deadline = time.monotonic() + timeout
     errors: list[str] = []

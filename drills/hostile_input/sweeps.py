@@ -39,7 +39,8 @@ WATCHED = {
 NEVER_LEFT = 7_700_000_001  # a user id with no leave record: rejoining it changes nothing
 FRESH = 7_800_000_000  # user ids above this are used once each, so that any write shows
 
-# Path parameters ({user_id}, {slug}) as they appear in the URL, percent-encoded.
+PARAMETER = re.compile(r"\{[^}]+\}")  # a path parameter in a schema's path: {user_id}, {slug}
+# Path parameters as they appear in the URL, percent-encoded.
 BAD_PATH_VALUES = {
     "NUL byte": "a%00b",
     "invalid UTF-8": "%FF%FE",
@@ -64,26 +65,23 @@ class Operation:
     has_body: bool
 
 
-def operations(dep: Deployment) -> list[Operation]:
-    status, schema = dep.client("").request("GET", "/api/schema/?format=json")  # as anyone sees it
-    if status != 200:
-        raise RuntimeError(f"GET /api/schema/ answered {status}: {schema}")
-    found = []
-    for path, item in schema["paths"].items():
-        for method in (m for m in ("get", "post", "put", "patch", "delete") if m in item):
-            # DELETE .../members/ takes the body POST does, which the schema cannot show:
-            # drf-spectacular documents request bodies for POST, PUT and PATCH only.
-            has_body = "requestBody" in item[method] or method == "post"
-            has_body = has_body or (method == "delete" and path.endswith("/members/"))
-            found.append(Operation(method.upper(), path, has_body))
-    return found
-
-
 class Fixture:
-    """What the sweeps act on, made through the API: two plain accounts (the second the first's victim:
-    left, a member of a community and a cohort, with a signal), that community and that cohort."""
+    """What the sweeps act on: the public pages and every operation of the schema, the identities, and, made
+    through the API, two plain accounts (the second the first's victim: left, a member of a community and a
+    cohort, with a signal), that community and that cohort."""
 
     def __init__(self, dep: Deployment) -> None:
+        status, schema = dep.client("").request("GET", "/api/schema/?format=json")  # as anyone sees it
+        if status != 200:
+            raise RuntimeError(f"GET /api/schema/ answered {status}: {schema}")
+        self.ops = [Operation(method, path, False) for method, path in PUBLIC_PAGES]
+        for path, item in schema["paths"].items():
+            for method in (m for m in ("get", "post", "put", "patch", "delete") if m in item):
+                # DELETE .../members/ takes the body POST does, which the schema cannot show:
+                # drf-spectacular documents request bodies for POST, PUT and PATCH only.
+                has_body = "requestBody" in item[method] or method == "post"
+                has_body = has_body or (method == "delete" and path.endswith("/members/"))
+                self.ops.append(Operation(method.upper(), path, has_body))
         plain_id, self.plain_token, other_id = dep.manage("shell", "-c", MAKE_ACCOUNTS).split()[-3:]
         self.plain_id, self.other_id = int(plain_id), int(other_id)
         suffix = secrets.token_hex(3)
@@ -102,14 +100,22 @@ class Fixture:
             if status not in (200, 201, 202):
                 raise RuntimeError(f"set-up POST {path} answered {status}: {answer}")
         self.fresh = iter(range(FRESH + secrets.randbelow(10**9), 2**63))
+        self.identities = {
+            "anonymous": {},
+            "unknown token": {"Authorization": f"Token {secrets.token_hex(20)}"},
+            "plain user": {"Authorization": f"Token {self.plain_token}"},
+            "service account": {"Authorization": f"Token {dep.token}"},
+        }
 
     def fill(self, template: str, *, user_id: int) -> str:
         path = template.replace("{user_id}", str(user_id))
         path = path.replace("{slug}", self.cohort if template.startswith("/api/cohorts/") else self.community)
-        return re.sub(r"\{[^}]+\}", "1", path)
+        return PARAMETER.sub("1", path)
 
-    def body(self, op: Operation, tag: str) -> bytes:
-        """A JSON body the operation would accept, acting on ids no other request uses."""
+    def body(self, op: Operation, tag: str) -> bytes | None:
+        """A JSON body the operation would accept, acting on ids no other request uses (None if it takes none)."""
+        if not op.has_body:
+            return None
         body: dict[str, Any] = {}
         if op.method == "DELETE" and op.path.endswith("/members/"):
             body = {"user_ids": [self.other_id]}  # a member: a removal would show
@@ -132,6 +138,7 @@ def watched_counts(dep: Deployment, *, own: int) -> dict[str, int]:
 
 
 def changed(before: dict[str, int], after: dict[str, int]) -> str:
+    """The watched counts that differ ("" if none)."""
     return ", ".join(f"{name} {before[name]}->{after[name]}" for name in before if before[name] != after[name])
 
 
@@ -157,29 +164,21 @@ class Sweep:
         }
 
 
-def authorization_sweep(dep: Deployment, ops: list[Operation], fx: Fixture) -> Sweep:
-    identities = {
-        "anonymous": {},
-        "unknown token": {"Authorization": f"Token {secrets.token_hex(20)}"},
-        "plain user": {"Authorization": f"Token {fx.plain_token}"},
-        "service account": {"Authorization": f"Token {dep.token}"},
-    }
-    public = [Operation(method, path, False) for method, path in PUBLIC_PAGES]
+def authorization_sweep(dep: Deployment, fx: Fixture) -> Sweep:
     sweep = Sweep()
-    for identity, auth in identities.items():
+    for identity, auth in fx.identities.items():
         # Refused calls by these identities must write nothing (the plain user's own id aside).
         before = watched_counts(dep, own=fx.plain_id)
-        for op in [*public, *ops]:
+        for op in fx.ops:
             own = [fx.plain_id] if identity == "plain user" and "{user_id}" in op.path else []
             for user_id in [*own, fx.other_id]:
-                headers = {**auth, "Content-Type": "application/json"} if op.has_body else auth
-                body = fx.body(op, identity.replace(" ", "-")) if op.has_body else None
+                body = fx.body(op, identity.replace(" ", "-"))
                 path = fx.fill(op.path, user_id=user_id)
-                answer = exchange(dep.url, op.method, path, headers=headers, body=body)
+                answer = exchange(dep.url, op.method, path, headers=auth, body=body)
                 sweep.record(identity, op.method, path, answer, judge(identity, op, user_id == fx.plain_id, answer))
-        after = watched_counts(dep, own=fx.plain_id)
-        if identity != "service account" and after != before:
-            sweep.violations.append(f"{identity}: refused calls wrote rows: {changed(before, after)}")
+        wrote = changed(before, watched_counts(dep, own=fx.plain_id))
+        if identity != "service account" and wrote:
+            sweep.violations.append(f"{identity}: refused calls wrote rows: {wrote}")
     return sweep
 
 
@@ -207,23 +206,20 @@ def judge(identity: str, op: Operation, own: bool, answer: Answer) -> str:
     return "" if status in DENIED else f"expected 403 (or 400/404), got {status}"
 
 
-def bad_request_sweeps(dep: Deployment, ops: list[Operation], fx: Fixture) -> dict[str, Sweep]:
+def bad_request_sweeps(dep: Deployment, fx: Fixture) -> dict[str, Sweep]:
     """As the service account: bad bodies for every operation that takes one, and hostile values for
     every path parameter (with a valid body). A 5xx, no answer or a write is wrong (the watched row
     counts are compared around each request)."""
     sweeps = {"bad_body": Sweep(), "bad_path": Sweep()}
 
     def send(group: str, case: str, op: Operation, path: str, body: bytes | None, extra: dict[str, str]) -> None:
-        headers = {"Authorization": f"Token {dep.token}"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
         before = watched_counts(dep, own=-1)
-        answer = exchange(dep.url, op.method, path, headers=headers | extra, body=body)
-        after = watched_counts(dep, own=-1)
-        wrote = f"wrote rows ({changed(before, after)}) with answer {answer.status}" if after != before else ""
+        answer = exchange(dep.url, op.method, path, headers=fx.identities["service account"] | extra, body=body)
+        wrote = changed(before, watched_counts(dep, own=-1))
+        wrote = wrote and f"wrote rows ({wrote}) with answer {answer.status}"
         sweeps[group].record(case, op.method, path, answer, "; ".join(p for p in (answer.problem(), wrote) if p))
 
-    for op in ops:
+    for op in fx.ops:
         if op.has_body:
             # Leave and rejoin take no body: aim them at users for whom they change nothing
             # (the victim has left; NEVER_LEFT is active), so that any write shows.
@@ -241,6 +237,5 @@ def bad_request_sweeps(dep: Deployment, ops: list[Operation], fx: Fixture) -> di
                 send("bad_body", case, op, path, body, extra)
         if "{" in op.path:
             for case, value in BAD_PATH_VALUES.items():
-                body = fx.body(op, "path") if op.has_body else None
-                send("bad_path", case, op, re.sub(r"\{[^}]+\}", value, op.path), body, {})
+                send("bad_path", case, op, PARAMETER.sub(value, op.path), fx.body(op, "path"), {})
     return sweeps
