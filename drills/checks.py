@@ -93,8 +93,8 @@ def setup_targets(dep: Deployment, client: Client, user_ids: list[int]) -> Targe
 
 
 class Threads:
-    """``count`` threads running ``work(index, stopping)`` from entering until ``stop()`` or leaving;
-    ``seconds`` is how long they ran."""
+    """``count`` threads running ``work(index, stopping)`` from entering until leaving (or ``stopping``
+    is set); ``seconds`` is how long they ran."""
 
     def __init__(self, work: Callable[[int, threading.Event], object], count: int) -> None:
         self.stopping = threading.Event()
@@ -107,9 +107,6 @@ class Threads:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
         self.stopping.set()
         for thread in self._threads:
             thread.join(120)

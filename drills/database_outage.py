@@ -41,7 +41,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
             time.sleep(0.3)
         outage.join()
         time.sleep(3)  # load goes on after the database is back
-    checks.wait_until_processed(dep, timeout=300)
+    checks.wait_until_processed(dep)
     stored = checks.outcomes(dep)
     left_signals = [s for s in load.sent if s.user_id == left_user]
     lost, nothing_lost = checks.nothing_lost(dep, load.sent, {u: t for u, t in targets.items() if u != left_user})

@@ -189,6 +189,12 @@ ignore_startup_parameters = extra_float_digits,options
     def workers(self) -> list[str]:
         return [name for name in self.children if name.startswith("worker")]
 
+    def mid_task(self, worker: str, task: str = "") -> bool:
+        """Whether the worker's log shows a task (named ``task``, or any) taken and not finished or retried."""
+        log = [line for line in self.log_since_start(worker).splitlines() if task in line]
+        finished = sum("] succeeded in" in line or "] retry:" in line for line in log)
+        return sum("] received" in line for line in log) > finished
+
     def verify_stop_forward(self) -> tuple[bool, str]:
         """``manage.py verify_stop_forward`` on the deployment's data: (passed, what it said)."""
         argv = [PYTHON, "manage.py", "verify_stop_forward", "--no-progress"]
@@ -211,9 +217,9 @@ def stop_redis() -> None:
     subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], capture_output=True, timeout=30, check=False)
 
 
-def start_redis(timeout: float = 30) -> None:
+def start_redis() -> None:
     subprocess.run(REDIS_START, capture_output=True, timeout=30, check=True)
-    wait_until(_redis_answers, timeout=timeout, interval=0.2, what="redis to come back")
+    wait_until(_redis_answers, timeout=30, interval=0.2, what="redis to come back")
 
 
 def _redis_answers() -> bool:

@@ -14,15 +14,6 @@ from drills.deployment import Deployment
 from support.processes import wait_until
 
 
-def _job_worker(dep: Deployment) -> str | None:
-    """The worker that took the bulk erasure task and has not finished it (from its log)."""
-    for name in sorted(dep.workers()):
-        lines = [line for line in dep.log_since_start(name).splitlines() if "run_erasure_job[" in line]
-        if sum("received" in line for line in lines) > sum("succeeded" in line for line in lines):
-            return name
-    return None
-
-
 def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     # A job whose worker died is restarted by the sweep after 5 s here (default 300 s): the
     # workers read the setting, so they start again with it.
@@ -63,22 +54,22 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
             progress = job_progress()
             if progress.get("state") == "done":
                 break
-            name = _job_worker(dep) if 0 < progress.get("done", 0) < progress.get("total", 0) else None
-            if name is not None:
-                killed_mid_job = progress["pending"] > 0
-                dep.crash(name)
-                break
+            if 0 < progress.get("done", 0) < progress.get("total", 0):
+                running = [name for name in dep.workers() if dep.mid_task(name, "run_erasure_job[")]
+                if running:
+                    killed_mid_job = progress["pending"] > 0
+                    dep.crash(running[0])
+                    break
             time.sleep(0.02)
         erase(one_by_one[15:])
         time.sleep(settle)  # erased users' signals keep coming: suppressed, never stored
-        load.stop()
     with contextlib.suppress(TimeoutError):
         wait_until(lambda: job_progress().get("state") == "done", timeout=120, interval=0.5, what="the erasure job")
     progress = job_progress()
     job_done_at = time.monotonic()
     for user in in_bulk:
         erased_at.setdefault(user, job_done_at)
-    drain = checks.wait_until_processed(dep, timeout=300)
+    drain = checks.wait_until_processed(dep)
 
     erased = set(erased_at)
     remaining = dep.sql("SELECT count(*) FROM signals_app_signal WHERE user_id = ANY(%s)", [sorted(erased)])[0][0]

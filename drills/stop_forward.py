@@ -20,7 +20,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
     targets = checks.setup_targets(dep, client, user_ids)
     # Each user's left periods as the clients saw them: [the leave's answer, the rejoin's send].
     windows: dict[int, list[list[float]]] = {u: [] for u in user_ids}
-    errors = Counter[str]()
+    errors: list[str] = []  # (list.append is atomic)
 
     def toggle(index: int, stop: threading.Event) -> None:
         rng, own = random.Random(100 + index), user_ids[index::togglers]
@@ -29,14 +29,14 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
             status, body = client.request("POST", f"/api/community-layer/{user_id}/leave/")
             window = [time.monotonic(), float("inf")]
             if status != 200 or body["status"] != "left":
-                errors[f"leave {status}"] += 1
+                errors.append(f"leave {status}")
                 continue
             windows[user_id].append(window)
             time.sleep(rng.uniform(0.01, 0.15))
             window[1] = time.monotonic()
             status, body = client.request("POST", f"/api/community-layer/{user_id}/rejoin/")
             if status != 200:
-                errors[f"rejoin {status}"] += 1
+                errors.append(f"rejoin {status}")
                 stop.wait(0.5)  # the user may still be left: later windows overlap it harmlessly
             time.sleep(rng.uniform(0.0, 0.05))
 
@@ -65,7 +65,7 @@ def drill(dep: Deployment, *, full: bool) -> dict[str, Any]:
         "violations": violations,
         "aggregates_match": checks.actual_aggregates(dep) == checks.expected_aggregates(attributed, targets),
         "outcomes": {"attributed": counts[ATTRIBUTED], "gated": counts[GATED], "pending": counts[0]},
-        "http_errors": errors.total() + load.errors.total(),
+        "http_errors": len(errors) + load.errors.total(),
     }
     result["passed"] = not violations and result["aggregates_match"] and not counts[0] and not result["http_errors"]
     return result

@@ -61,7 +61,7 @@ class Child:
         return "\n".join(self.lines)
 
     def tail(self, count: int = 30) -> str:
-        return "\n".join((self.output().splitlines() if self.log else list(self.lines))[-count:])
+        return "\n".join(self.output().splitlines()[-count:])
 
     def wait(self, timeout: float) -> int:
         code = self.proc.wait(timeout=timeout)
@@ -125,7 +125,7 @@ class Supervisor:
         self.env, self.cwd, self.logs = env, cwd, logs
         self.children: dict[str, Child] = {}
         self.restarts: collections.Counter[str] = collections.Counter()
-        self._lock = threading.Lock()  # so that a process let go is never started again
+        self._lock = threading.RLock()  # so that a process let go is never started again
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="supervisor", daemon=True)
 
@@ -142,7 +142,7 @@ class Supervisor:
             with self._lock:
                 for name, child in self.children.items():
                     if not child.running:
-                        self.children[name] = Child(name, child.argv, env=self.env, cwd=self.cwd, log=child.log)
+                        self.run(name, child.argv)
                         self.restarts[name] += 1
 
     def _let_go(self, name: str) -> Child:
