@@ -1,7 +1,7 @@
 """The pipeline benchmark's child processes without Django: the processing floor and the ingest load clients.
 
     python bench/pipeline_floor.py process [--paired bare_]    # budgets 1 and 1b: every pending signal
-    python bench/pipeline_floor.py process --per-signal        # budget 1's Python-loop floor, for information
+    python bench/pipeline_floor.py process --python-loop       # budget 1's Python-loop floor, for information
     python bench/pipeline_floor.py sql --sender-id 1 --client 0 --start T0 --end T1    # budget 3's floor
     BENCH_API_TOKEN=KEY python bench/pipeline_floor.py http --url http://127.0.0.1:PORT --client 0 --start T0 --end T1
 
@@ -91,21 +91,27 @@ LOCK_SQL = (
 PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY id"
 
 
-# The Python-loop floor, a straightforward per-signal worker: after a lock that reads the signals'
-# fields too, signal by signal, the gate in Python, one upsert of each aggregate from the user's
-# memberships (the targets credited come back) and one mark with the same evidence; no group locks.
-CREDIT_EACH_SQL = [
+# The Python-loop floor, as a straightforward worker does it: after a lock that reads the signals'
+# fields and one read of the batch's users' memberships, the gate and the sums in Python, then one
+# upsert of each aggregate from arrays (rows in key order) and one mark with the same evidence as the
+# set-based floor writes; no group locks.
+MEMBERS_SQL = (
+    "SELECT 0, user_id, community_id FROM community_communitymember WHERE user_id = ANY(%(users)b)"
+    " UNION ALL SELECT 1, user_id, cohort_id FROM community_cohortmember WHERE user_id = ANY(%(users)b)"
+)
+UPSERT_SQL = [
     f"INSERT INTO {aggregate} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
-    f" SELECT {target}, %(hour)b::timestamptz, %(item)b::bigint, %(kind)b::varchar, 1, %(weight)b::float8,"
-    f" %(at)b::timestamptz FROM {members} WHERE user_id = %(user)b::bigint"
-    f" ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = a.count + 1,"
+    " SELECT * FROM unnest(%b::bigint[], %b::timestamptz[], %b::bigint[], %b::varchar[], %b::bigint[],"
+    " %b::float8[], %b::timestamptz[])"
+    f" ON CONFLICT ({target}, hour, item_id, kind) DO UPDATE SET count = a.count + excluded.count,"
     " weight_sum = a.weight_sum + excluded.weight_sum, last_at = GREATEST(a.last_at, excluded.last_at)"
-    f" RETURNING {target}"
-    for aggregate, members, target in zip(AGGREGATE_TABLES, MEMBER_TABLES, TARGETS, strict=True)
+    for aggregate, target in zip(AGGREGATE_TABLES, TARGETS, strict=True)
 ]
-MARK_EACH_SQL = (
-    f"UPDATE {SIGNAL_TABLE} SET outcome = %(outcome)b, gated_reason = %(reason)b, credited_communities = %(cs)b,"
-    " credited_cohorts = %(ks)b, processed_at = %(now)b, fence_at_processing = 0 WHERE id = %(id)b"
+MARK_SQL = (
+    f"UPDATE {SIGNAL_TABLE} s SET outcome = u.outcome, gated_reason = u.reason, credited_communities = u.cs,"
+    " credited_cohorts = u.ks, processed_at = %b, fence_at_processing = 0"
+    " FROM unnest(%b::bigint[], %b::smallint[], %b::smallint[], %b::jsonb[], %b::jsonb[])"
+    " AS u(id, outcome, reason, cs, ks) WHERE s.id = u.id"
 )
 
 
@@ -120,27 +126,40 @@ def credit_set(cursor: psycopg.Cursor[Any], prefix: str, ids: list[int], gated: 
     return len(rows)
 
 
-def credit_each(cursor: psycopg.Cursor[Any], ids: list[int], gated: set[int]) -> int:
-    """One batch of the Python-loop floor: signal by signal after the lock."""
+def credit_loop(cursor: psycopg.Cursor[Any], ids: list[int], gated: set[int]) -> int:
+    """One batch of the Python-loop floor, after the lock."""
     columns = "id, user_id, item_id, kind, weight, occurred_at"
     rows = cursor.execute(LOCK_SQL.format(columns=columns, p=""), (ids,)).fetchall()
-    now = datetime.now(UTC)
+    members: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # of communities, of cohorts
+    for table, user_id, target in cursor.execute(MEMBERS_SQL, {"users": list({row[1] for row in rows})}):
+        members[table].setdefault(user_id, []).append(target)
+    sums: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})  # (target, hour, item, kind) -> (count, sum, last)
+    marks = []  # (id, outcome, reason, communities credited, cohorts credited)
     for signal_id, user_id, item_id, kind, weight, at in rows:
-        mark = {"id": signal_id, "now": now, "outcome": GATED, "reason": LEFT_AT_PROCESSING, "cs": None, "ks": None}
-        if user_id not in gated:
-            hour = at.replace(minute=0, second=0, microsecond=0)  # the session is in UTC
-            one = {"user": user_id, "item": item_id, "kind": kind, "weight": weight, "at": at, "hour": hour}
-            cs, ks = (sorted(row[0] for row in cursor.execute(sql, one)) for sql in CREDIT_EACH_SQL)
-            mark |= {"outcome": NO_TARGET, "reason": None}
-            if cs or ks:
-                mark |= {"outcome": ATTRIBUTED, "cs": Jsonb(cs), "ks": Jsonb(ks)}
-        cursor.execute(MARK_EACH_SQL, mark)
+        if user_id in gated:
+            marks.append((signal_id, GATED, LEFT_AT_PROCESSING, None, None))
+            continue
+        credited = [sorted(joined.get(user_id, ())) for joined in members]
+        hour = at.replace(minute=0, second=0, microsecond=0)  # the session is in UTC
+        for targets, increments in zip(credited, sums, strict=True):
+            for target in targets:
+                count, total, last = increments.get((target, hour, item_id, kind), (0, 0.0, at))
+                increments[target, hour, item_id, kind] = (count + 1, total + weight, max(last, at))
+        if any(credited):
+            marks.append((signal_id, ATTRIBUTED, None, *map(Jsonb, credited)))
+        else:
+            marks.append((signal_id, NO_TARGET, None, None, None))
+    for sql, increments in zip(UPSERT_SQL, sums, strict=True):
+        if increments:
+            written = sorted((*key, *value) for key, value in increments.items())
+            cursor.execute(sql, [list(column) for column in zip(*written, strict=True)])
+    cursor.execute(MARK_SQL, [datetime.now(UTC), *(list(column) for column in zip(*marks, strict=True))])
     return len(rows)
 
 
-def process(paired: str, per_signal: bool) -> dict[str, Any]:
+def process(paired: str, python_loop: bool) -> dict[str, Any]:
     """A floor over every pending signal, per batch one transaction, its users gated in Python from a set
-    of left users read once; parameters in binary (``%b``). The set-based one, or ``per_signal`` the
+    of left users read once; parameters in binary (``%b``). The set-based one, or with ``python_loop`` the
     Python-loop one. With ``paired``, the set-based floor on the tables of that prefix too, the two
     taking turns batch by batch (a pair of batches sees the same machine)."""
     prefixes = ["", paired] if paired else [""]
@@ -160,8 +179,8 @@ def process(paired: str, per_signal: bool) -> dict[str, Any]:
                     continue
                 started = time.perf_counter()
                 with conn.cursor(binary=True) as cursor:
-                    if per_signal:
-                        processed[prefix] += credit_each(cursor, ids, gated)
+                    if python_loop:
+                        processed[prefix] += credit_loop(cursor, ids, gated)
                     else:
                         processed[prefix] += credit_set(cursor, prefix, ids, gated)
                 conn.commit()
@@ -275,7 +294,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=("process", "sql", "http"))
     parser.add_argument("--paired", default="", help="process: the same floor on the tables of this prefix too")
-    parser.add_argument("--per-signal", action="store_true", help="process: the Python-loop floor")
+    parser.add_argument("--python-loop", action="store_true", help="process: the Python-loop floor")
     parser.add_argument("--url", help="http: the server's base URL")
     parser.add_argument("--sender-id", type=int, help="sql: the signals' sender")
     parser.add_argument("--client", type=int, default=0)
@@ -283,7 +302,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--start", type=float, help="epoch seconds: counting starts")
     parser.add_argument("--end", type=float, help="epoch seconds: counting and sending stop")
     args = parser.parse_args(argv)
-    print(json.dumps(process(args.paired, args.per_signal) if args.mode == "process" else ingest(args)))
+    print(json.dumps(process(args.paired, args.python_loop) if args.mode == "process" else ingest(args)))
 
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ class PipelineBench(Results):
 
             progress(f"round {number}/{rounds}: Python-loop floor, {count:,} pending signals")
             load_pending(self.conn, self.data)
-            rates["loop"] = self.run_floor("--per-signal")["rate"]
+            rates["loop"] = self.run_floor("--python-loop")["rate"]
             self.check_written(f"Python-loop floor, round {number}", want)
 
             # Budget 1b: the same floor on the project's tables and on bare copies of them, taking
@@ -270,8 +270,8 @@ class PipelineBench(Results):
             BARE_TABLES_BUDGET,
         )
         self.note(
-            "1. the Python-loop floor (plain psycopg, per batch a lock, then signal by signal: the gate in"
-            f" Python, an upsert of each aggregate, the mark) vs the set-based floor ({told})",
+            "1. the Python-loop floor (plain psycopg, per batch a lock and a read of the memberships, the gate and"
+            f" the sums in a Python loop, an upsert of each aggregate, the mark) vs the set-based floor ({told})",
             rate(median["loop"]),
             rate(median["floor"]),
             ratio(median["loop"] / median["floor"]),
