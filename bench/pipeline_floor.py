@@ -95,9 +95,9 @@ PENDING_SQL = "SELECT id FROM {p}signals_app_signal WHERE outcome = 0 ORDER BY i
 # fields and one read of the batch's users' memberships, the gate and the sums in Python, then one
 # upsert of each aggregate from arrays (rows in key order) and one mark with the same evidence as the
 # set-based floor writes; no group locks.
-MEMBERS_SQL = (
-    "SELECT 0, user_id, community_id FROM community_communitymember WHERE user_id = ANY(%(users)b)"
-    " UNION ALL SELECT 1, user_id, cohort_id FROM community_cohortmember WHERE user_id = ANY(%(users)b)"
+MEMBERS_SQL = " UNION ALL ".join(
+    f"SELECT {index}, user_id, {target} FROM {members} WHERE user_id = ANY(%(users)b)"
+    for index, (members, target) in enumerate(zip(MEMBER_TABLES, TARGETS, strict=True))
 )
 UPSERT_SQL = [
     f"INSERT INTO {aggregate} AS a ({target}, hour, item_id, kind, count, weight_sum, last_at)"
@@ -302,6 +302,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--start", type=float, help="epoch seconds: counting starts")
     parser.add_argument("--end", type=float, help="epoch seconds: counting and sending stop")
     args = parser.parse_args(argv)
+    if args.python_loop and args.paired:
+        parser.error("--python-loop runs on the project's tables only: it cannot be --paired")
     print(json.dumps(process(args.paired, args.python_loop) if args.mode == "process" else ingest(args)))
 
 
